@@ -1,0 +1,316 @@
+"""One typed configuration for everything a run does, written into every run folder.
+
+A preset (`talktosolve/presets/NAME.json`) is data: a partial dict of these fields laid over the defaults
+below, which are the paper recipe (SPEC section 1). The CLI then lays `--set section.field=value` on top.
+Unknown keys fail loudly and name the closest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = "Qwen/Qwen2.5-1.5B-Instruct"
+    """A Hugging Face causal LM with a chat template (Hub id or local folder), or `micro` for the built-in one."""
+    trust_remote_code: bool = False
+    """Run code shipped with the model. Off unless you trust its source."""
+    dtype: str = "auto"
+    """`auto` (bf16 on a GPU, fp32 on a CPU), `bfloat16`, `float16` or `float32`."""
+    finetune: str = "lora"
+    """`lora` (one adapter shared by both copies) or `full` (every weight trained)."""
+    lora_r: int = 32
+    """LoRA rank."""
+    lora_alpha: int = 64
+    """LoRA scale numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch; 0 keeps the sampler and the learner on the same policy."""
+    lora_targets: str = "all-linear"
+    """Modules that get an adapter: `all-linear` or a comma-separated list of module names."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to transformers (`sdpa`, `eager`, `flash_attention_2`)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+
+
+@dataclass
+class DataConfig:
+    task: str = "gsm8k"
+    """`gsm8k` (split-fact GSM8K) or `micro` (the built-in synthetic split-fact task)."""
+    gsm8k: str | None = None
+    """Local GSM8K folder or .jsonl/.parquet file; None reads `openai/gsm8k` from the Hub."""
+    n_train: int = 1024
+    """Training problems drawn from the train split."""
+    n_test: int = 300
+    """Held-out problems drawn from the test split."""
+    data_seed: int = 0
+    """Seed that chooses the problems (fixed across arms and training seeds, so arms see the same data)."""
+
+
+@dataclass
+class PromptConfig:
+    system: str = (
+        "You are copy {name} of a two-person team solving a math word problem together. You and your partner "
+        "{partner} each see only some of the facts; both of you see the question. You take turns writing short "
+        "messages to each other. Share what your partner needs and use what your partner tells you."
+    )
+    """System prompt of each copy; `{name}` and `{partner}` are filled with A/B."""
+    task: str = "Your facts:\n{facts}\n\nQuestion: {question}"
+    """First user message: the copy's own facts (one per line) and the question."""
+    fact_bullet: str = "- "
+    """Prefix of each fact line."""
+    partner: str = "Message from {partner}: {text}"
+    """How a partner's message is shown; in the `cut` arm `{text}` is the literal `(no message)`."""
+    turn: str = "Write your message to {partner} (at most {max_tokens} tokens)."
+    """Instruction before a non-final message."""
+    final: str = (
+        "This is your last message. Give your final answer to the question, with the number in \\boxed{{}}."
+    )
+    """Instruction before a copy's final message."""
+
+
+@dataclass
+class ChatConfig:
+    max_message_tokens: int = 160
+    """Token limit of a non-final message."""
+    max_final_tokens: int = 384
+    """Token limit of each copy's final message (which must box its answer)."""
+    temperature: float = 1.0
+    """Sampling temperature (no top-k, no top-p: plain sampling from the policy)."""
+    force_max_length: bool = False
+    """Never stop at end-of-message (benchmarks on random-weight models, whose text never stops)."""
+    prompts: PromptConfig = field(default_factory=PromptConfig)
+    """The role prompts: the only place their wording lives."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 80
+    """GRPO steps (one on-policy update each)."""
+    problems_per_step: int = 8
+    """Problems sampled per step."""
+    chats_per_problem: int = 4
+    """Chats per problem (the GRPO group); advantages are centred within it."""
+    chats_per_microbatch: int = 2
+    """Chats whose messages go through one forward/backward (memory knob; does not change the update)."""
+    lr: float = 1e-4
+    """AdamW learning rate (constant after warm-up)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    checkpoint_every: int = 20
+    """Save a resumable checkpoint every this many steps (and at the end)."""
+
+
+@dataclass
+class EvalConfig:
+    n_problems: int = 300
+    """Held-out problems evaluated (the first n of the test set)."""
+    chats_per_problem: int = 2
+    """Chats per held-out problem; both copies are graded, so 2 chats give 4 answers."""
+    batch_chats: int = 64
+    """Chats generated together."""
+    seed: int = 1234
+    """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The base model and how it is fine-tuned."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Which problems."""
+    chat: ChatConfig = field(default_factory=ChatConfig)
+    """The A, B, A, B protocol."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """GRPO."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation."""
+    arms: tuple[str, ...] = ("chat", "cut")
+    """Arms of the recipe: `chat` delivers messages, `cut` shows `(no message)` instead."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Training seeds of each arm."""
+    device: str = "auto"
+    """`auto` (cuda if available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
+    cpu_threads: int = 0
+    """torch threads on CPU (0 keeps torch's default)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+ARMS = ("chat", "cut")
+
+
+class ConfigError(ValueError):
+    """A configuration a run cannot use; the message says which key and what to do."""
+
+
+def _closest(key: str, valid: list[str]) -> str:
+    match = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    return f" Did you mean `{match[0]}`?" if match else f" Valid keys: {', '.join(valid)}."
+
+
+def _build(cls, values: dict[str, Any], where: str):
+    """Build dataclass `cls` from `values`, recursing into nested dataclasses; unknown keys fail."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"`{where or 'config'}` must be an object, got {type(values).__name__}.")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"Unknown config key `{where}{key}`.{_closest(key, list(fields))}")
+        default = getattr(cls(), key)
+        if dataclasses.is_dataclass(default):
+            kwargs[key] = _build(type(default), value, f"{where}{key}.")
+        elif isinstance(default, tuple):
+            kwargs[key] = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+        else:
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _coerce(text: str, default: Any) -> Any:
+    """Parse a `--set` value to the type of the field's default."""
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"Expected true/false, got `{text}`.")
+    if text.lower() in ("none", "null") and not isinstance(default, (int, float)):
+        return None
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    if isinstance(default, tuple):
+        items = [t for t in text.split(",") if t]
+        kind = type(default[0]) if default else str
+        return tuple(kind(t) for t in items)
+    return text
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["train.lr=3e-4", "seeds=0,1"]` -> a nested dict typed like the defaults."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"`--set {pair}`: expected KEY=VALUE, e.g. `--set train.lr=3e-4`.")
+        key, text = pair.split("=", 1)
+        parts = key.strip().split(".")
+        obj: Any = Config()
+        for i, part in enumerate(parts):
+            if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+                valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+                raise ConfigError(f"Unknown config key `{key}`.{_closest(part, valid)}")
+            obj = getattr(obj, part)
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = _coerce(text, obj)
+    return out
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    path = Path(name) if name.endswith(".json") else PRESET_DIR / f"{name}.json"
+    if not path.exists():
+        raise ConfigError(f"No preset `{name}`. Built-in presets: {', '.join(preset_names())}; or pass a .json file.")
+    return json.loads(path.read_text())
+
+
+def make_config(preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Defaults, then the preset, then overrides; validated."""
+    values: dict[str, Any] = {}
+    if preset:
+        values = _merge(values, load_preset(preset))
+    if overrides:
+        values = _merge(values, overrides)
+    cfg = _build(Config, values, "")
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(values: dict[str, Any]) -> Config:
+    cfg = _build(Config, values, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Impossible settings fail here, before any model is loaded."""
+    problems = []
+    t, c = cfg.train, cfg.chat
+    if cfg.model.finetune not in ("lora", "full"):
+        problems.append(f"model.finetune is `{cfg.model.finetune}`; use `lora` or `full`.")
+    if cfg.data.task not in ("gsm8k", "micro"):
+        problems.append(f"data.task is `{cfg.data.task}`; use `gsm8k` or `micro`.")
+    for arm in cfg.arms:
+        if arm not in ARMS:
+            problems.append(f"arms holds `{arm}`; arms are {ARMS}.")
+    for name, value in [("data.n_train", cfg.data.n_train), ("data.n_test", cfg.data.n_test),
+                        ("train.problems_per_step", t.problems_per_step),
+                        ("train.chats_per_problem", t.chats_per_problem),
+                        ("train.chats_per_microbatch", t.chats_per_microbatch),
+                        ("eval.n_problems", cfg.eval.n_problems), ("eval.chats_per_problem", cfg.eval.chats_per_problem),
+                        ("eval.batch_chats", cfg.eval.batch_chats), ("chat.max_message_tokens", c.max_message_tokens),
+                        ("chat.max_final_tokens", c.max_final_tokens), ("model.lora_r", cfg.model.lora_r)]:
+        if value < 1:
+            problems.append(f"{name} is {value}; it must be at least 1.")
+    if t.steps < 0:
+        problems.append(f"train.steps is {t.steps}; it must be 0 or more.")
+    if t.chats_per_problem < 2:
+        problems.append("train.chats_per_problem must be at least 2: the advantage is centred within the group.")
+    if t.problems_per_step > cfg.data.n_train:
+        problems.append(f"train.problems_per_step ({t.problems_per_step}) exceeds data.n_train ({cfg.data.n_train}).")
+    if cfg.eval.n_problems > cfg.data.n_test:
+        problems.append(f"eval.n_problems ({cfg.eval.n_problems}) exceeds data.n_test ({cfg.data.n_test}).")
+    if not (t.lr > 0):
+        problems.append(f"train.lr is {t.lr}; it must be positive.")
+    if not (c.temperature > 0):
+        problems.append(f"chat.temperature is {c.temperature}; it must be positive (plain sampling).")
+    if not cfg.seeds:
+        problems.append("seeds is empty; give at least one training seed.")
+    if problems:
+        raise ConfigError("Invalid config:\n  " + "\n  ".join(problems))
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    from talktosolve.store import write_json
+
+    write_json(path, cfg.to_dict())
+
+
+def config_key(values: dict[str, Any]) -> str:
+    """A short stable hash of a config fragment: what produced an output, so a rerun can tell if it is current."""
+    import hashlib
+
+    blob = json.dumps(values, sort_keys=True, default=list).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,146 @@
+r"""The GRPO learner: team rewards in, one on-policy update out. It never sees chat text, only token ids.
+
+The objective, for one step over problems q = 1..Q, each with G chats, each chat with 4 messages:
+
+    r_{q,g}  = (correct_A + correct_B) / 2                       team reward of chat g on problem q
+    A_{q,g}  = r_{q,g} - (1/G) * sum_g' r_{q,g'}                 advantage: group-centred, NO std scaling
+    message m of chat (q,g) is a sample (x_m, y_m): its writer's view x_m and its own generated tokens y_m;
+    every message of the chat carries the chat's advantage A_{q,g}.
+
+    L(theta) = - (1 / N) * sum_m sum_{t < |y_m|} A_m * pi_theta(y_{m,t} | x_m, y_{m,<t}) / sg[pi_theta(...)]
+    N        = sum_m |y_m|                                       every generated token of the step
+
+so grad L = -(1/N) sum_m A_m sum_t grad log pi(y_{m,t}). One update per batch (on-policy), so the PPO ratio is 1
+and the clip never acts: we drop it rather than compute a no-op. No KL term, no reference model.
+
+Departures from textbook GRPO (Shao et al. 2024), all from the recipe (SPEC section 1):
+- no division of the advantage by the group's standard deviation (it over-weights near-uniform groups);
+- no KL penalty, one on-policy update per batch (no ratio clipping needed);
+- the loss is normalised by the step's total generated-token count N (token-level, as DAPO and TRL's
+  `bnpo`/`dapo`), not per-sequence then per-group: long and short messages weigh by their tokens. Because N is
+  the whole step's count, gradient accumulation over micro-batches gives exactly the full-batch gradient;
+- the reward is a team reward shared by both copies' messages (multi-agent; the copies share one policy).
+
+Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
+through the output layer in chunks, each chunk recomputed in the backward pass (activation checkpointing), so
+no [tokens x vocabulary] fp32 tensor ever lives for the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class Sample:
+    """One trained message: its prompt (the writer's view), its generated tokens, and its advantage."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    group: int
+    """Index of the chat it belongs to (micro-batches hold whole chats)."""
+
+
+def group_advantages(rewards: list[list[float]]) -> list[list[float]]:
+    """rewards[q][g] -> advantages[q][g] = r - mean_g r (no std scaling)."""
+    out = []
+    for group in rewards:
+        if not group:
+            raise ValueError("a problem with no chats has no advantage")
+        mean = sum(group) / len(group)
+        out.append([r - mean for r in group])
+    return out
+
+
+def microbatches(samples: list[Sample], chats_per_microbatch: int) -> list[list[Sample]]:
+    """Whole chats per micro-batch, chats sorted by length so padding stays small."""
+    by_chat: dict[int, list[Sample]] = {}
+    for s in samples:
+        by_chat.setdefault(s.group, []).append(s)
+    order = sorted(by_chat, key=lambda g: max(len(s.prompt_ids) + len(s.completion_ids) for s in by_chat[g]))
+    return [[s for g in order[i:i + chats_per_microbatch] for s in by_chat[g]]
+            for i in range(0, len(order), chats_per_microbatch)]
+
+
+def _pad_right(samples: list[Sample], pad_id: int, device):
+    """ids [B, T], attention mask [B, T], completion mask [B, T] (1 where a token was generated)."""
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(samples), width), dtype=torch.long)
+    comp = torch.zeros((len(samples), width), dtype=torch.bool)
+    for i, s in enumerate(samples):
+        seq = s.prompt_ids + s.completion_ids
+        ids[i, :len(seq)] = torch.tensor(seq)
+        attn[i, :len(seq)] = 1
+        comp[i, len(s.prompt_ids):len(seq)] = True
+    return ids.to(device), attn.to(device), comp.to(device)
+
+
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
+    logits = head(hidden).float()  # [n, V]
+    return torch.gather(logits.log_softmax(-1), 1, targets[:, None]).squeeze(1)  # [n]
+
+
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, comp: torch.Tensor,
+                   chunk: int = 1024) -> torch.Tensor:
+    """log pi(token) of every generated token, flattened in row-major order: [n_generated]."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone, head = base.get_decoder(), base.get_output_embeddings()
+    hidden = backbone(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, T, H]
+    # The token at position t is predicted from the hidden state at t-1.
+    predict = torch.zeros_like(comp)
+    predict[:, :-1] = comp[:, 1:]
+    h = hidden[predict]  # [n, H]
+    targets = ids[comp]  # [n]
+    parts = []
+    for i in range(0, h.shape[0], chunk):
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_chunk_logprobs, h[i:i + chunk], targets[i:i + chunk], head, use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head))
+    return torch.cat(parts) if parts else h.new_zeros(0)
+
+
+@dataclass
+class StepStats:
+    loss: float
+    grad_norm: float
+    tokens: int
+    samples: int
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss or gradient went NaN/inf; the update was not applied."""
+
+
+def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_per_microbatch: int,
+                grad_clip: float, device) -> StepStats:
+    """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches)."""
+    n_tokens = sum(len(s.completion_ids) for s in samples)
+    if n_tokens == 0:
+        raise ValueError("no generated tokens in this step: nothing to train on")
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for batch in microbatches(samples, chats_per_microbatch):
+        ids, attn, comp = _pad_right(batch, pad_id, device)
+        logp = token_logprobs(model, ids, attn, comp)  # [n]
+        adv = torch.cat([torch.full((len(s.completion_ids),), s.advantage) for s in batch]).to(device)  # [n]
+        # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
+        ratio = torch.exp(logp - logp.detach())
+        loss = -(adv * ratio).sum() / n_tokens
+        loss.backward()
+        total += loss.item()
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    norm = float(norm)
+    if not math.isfinite(total) or not math.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteLoss(f"loss {total}, gradient norm {norm}")
+    optimizer.step()
+    return StepStats(loss=total, grad_norm=norm, tokens=n_tokens, samples=len(samples))

@@ -1,0 +1,50 @@
+"""Numbers written in digits, read out of free text, compared as values.
+
+SPEC section 1: a *number* is a numeral written in digits (`16`, `3.5`, `$1,000`, `20%`, `5kg`); `3/4` holds 3
+and 4; number words (`three`) do not count. Values are compared canonically, so `1,000` = `1000` and
+`3.50` = `3.5`. Pure Python, no torch: the splitter, the talk metrics and the grader's fast path all read numbers
+here, so they agree on what a number is.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+# A numeral: digits with optional thousands groups ("1,000,000") or plain digits, then an optional decimal part.
+# A leading "." (".5") counts too. A comma not followed by exactly three digits ends the number ("3,4" is 3 and 4).
+_NUMERAL = re.compile(r"(?<![\d.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\d.])\.\d+")
+
+# Bound the work on hostile text (megabytes of digits): a numeral longer than this is not a count anyone means.
+MAX_NUMERAL_CHARS = 64
+
+
+def canonical(numeral: str) -> str | None:
+    """`"1,000.50"` -> `"1000.5"`; None if it is not a finite decimal numeral."""
+    text = numeral.replace(",", "").strip()
+    if not text or len(text) > MAX_NUMERAL_CHARS:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return None
+    if not value.is_finite():
+        return None
+    if value == value.to_integral_value():
+        return str(value.quantize(Decimal(1)))
+    return format(value.normalize(), "f")
+
+
+def numbers_in(text: str) -> list[str]:
+    """Canonical values of every digit numeral in `text`, in order of appearance (repeats kept)."""
+    out = []
+    for match in _NUMERAL.finditer(text):
+        value = canonical(match.group())
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def has_number(text: str) -> bool:
+    """Whether `text` holds at least one digit numeral."""
+    return bool(numbers_in(text))

@@ -1,0 +1,179 @@
+"""The policy: a Hugging Face causal LM, fine-tuned through one shared LoRA adapter (or every weight).
+
+Both copies are the same model, so one adapter serves A and B. Loading is strict about safety: weights and
+adapters are read as safetensors only, and `trust_remote_code` stays off unless the config turns it on.
+A model name `micro` means the project's own micro base (`talktosolve.micro.base`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from talktosolve.config import Config, ModelConfig
+
+FULL_WEIGHTS = "model.safetensors"
+
+
+class ModelError(RuntimeError):
+    """A model or adapter that cannot be used; the message says what to do."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device `{name}` asked for, but torch sees no CUDA GPU. Use `--set device=cpu`.")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    if name not in table:
+        raise ModelError(f"model.dtype `{name}` is not one of auto, {', '.join(table)}.")
+    return table[name]
+
+
+def model_path(cfg: ModelConfig) -> str:
+    if cfg.name_or_path == "micro":
+        from talktosolve.micro.base import micro_base_path
+
+        return str(micro_base_path())
+    return cfg.name_or_path
+
+
+def load_tokenizer(cfg: ModelConfig):
+    from transformers import AutoTokenizer
+
+    path = model_path(cfg)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise ModelError(
+            f"Cannot load the tokenizer of `{path}`: {e}\nGive a local model folder or a Hub id you can reach "
+            "(`--set model.name_or_path=...`); offline, set HF_HUB_OFFLINE=1 and use a folder."
+        ) from e
+    if tok.chat_template is None:
+        raise ModelError(f"`{path}` has no chat template; use a chat (Instruct) model.")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def stop_ids(tokenizer, model) -> list[int]:
+    """End-of-message ids: the tokenizer's eos plus the model's generation-config eos ids."""
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(eos)
+    ids.discard(None)
+    return sorted(ids)
+
+
+def load_base(cfg: ModelConfig, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    path = model_path(cfg)
+    dtype = resolve_dtype(cfg.dtype, device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, use_safetensors=True,
+            attn_implementation=cfg.attn_implementation,
+        )
+    except (OSError, ValueError) as e:
+        raise ModelError(
+            f"Cannot load model `{path}`: {e}\nGive a local folder with safetensors weights or a reachable Hub id "
+            "(`--set model.name_or_path=...`)."
+        ) from e
+    return model.to(device)
+
+
+def make_trainable(model, cfg: ModelConfig):
+    """Wrap `model` for training: a fresh LoRA adapter, or every weight trainable."""
+    if cfg.finetune == "full":
+        model.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM", bias="none")
+    return get_peft_model(model, lora)
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """The weights training changes (adapter only, or all), as a name -> tensor dict."""
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:
+    """The trained weights in a loadable form: a PEFT adapter folder, or full weights as safetensors."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.finetune == "lora":
+        model.save_pretrained(out_dir, safe_serialization=True)
+    else:
+        from safetensors.torch import save_file
+
+        state = {n: t.contiguous().cpu() for n, t in model.state_dict().items()}
+        # Tied embeddings share storage; safetensors refuses aliases, and from-state loading re-ties them.
+        if getattr(model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(out_dir / FULL_WEIGHTS), metadata={"format": "pt"})
+        (out_dir / "talktosolve_full.json").write_text(json.dumps({"base": cfg.name_or_path}) + "\n")
+
+
+def load_policy_weights(model, weights_dir: Path, cfg: ModelConfig):
+    """Apply trained weights from `save_policy` onto a freshly loaded base; returns the model to use."""
+    weights_dir = Path(weights_dir)
+    if not weights_dir.exists():
+        raise ModelError(f"No trained weights at `{weights_dir}`.")
+    if (weights_dir / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        try:
+            return PeftModel.from_pretrained(model, str(weights_dir), is_trainable=False)
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ModelError(
+                f"The adapter at `{weights_dir}` does not fit the base model `{cfg.name_or_path}`: {e}\n"
+                "Evaluate it with the base it was trained on (see its run folder's config.json)."
+            ) from e
+    if (weights_dir / FULL_WEIGHTS).exists():
+        from safetensors.torch import load_file
+
+        state = load_file(str(weights_dir / FULL_WEIGHTS), device=str(next(model.parameters()).device))
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as e:
+            raise ModelError(f"The weights at `{weights_dir}` do not fit the base model: {e}") from e
+        missing = [m for m in missing if m != "lm_head.weight"]
+        if missing or unexpected:
+            raise ModelError(
+                f"The weights at `{weights_dir}` do not fit the base model `{cfg.name_or_path}` "
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]})."
+            )
+        if getattr(model.config, "tie_word_embeddings", False):
+            model.tie_weights()
+        return model
+    raise ModelError(f"`{weights_dir}` holds neither a PEFT adapter nor {FULL_WEIGHTS}.")
+
+
+def load_player_model(cfg: Config, weights: str | Path | None, device: torch.device):
+    """A model for evaluation: the base, or the base with trained weights from a run folder or adapter folder."""
+    model = load_base(cfg.model, device)
+    if weights is not None:
+        path = Path(weights)
+        if (path / "final").exists():
+            path = path / "final"
+        model = load_policy_weights(model, path, cfg.model)
+    model.eval()
+    return model

@@ -1,0 +1,122 @@
+"""Play chats: the A, B, A, B protocol run for a batch of problems at once, returned as plain records.
+
+All chats of a batch advance turn by turn together: every chat's message 0 is generated in one batched call,
+then every message 1, and so on (a message depends on the ones before it, so turns cannot overlap). A and B
+may be different players (a trained adapter as A, the untrained base as B: cross-play); chats are batched per
+player. The result is a list of `Chat` records: token ids and masks for the learner, text for transcripts and
+metrics. Grading happens here too (`score_chats`), since the reward is a pure function of the final texts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from talktosolve.chat import FINAL_TURN, SPEAKERS, Seat, max_tokens, render_view, view
+from talktosolve.config import ChatConfig
+from talktosolve.grading import extract_answer, grade_many
+
+
+@dataclass
+class Turn:
+    """One message: the prompt its writer saw and the tokens it wrote."""
+
+    speaker: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    view: list[dict]
+    truncated: bool
+
+
+@dataclass
+class Chat:
+    """One chat between A and B on one problem."""
+
+    problem_id: str
+    index: int
+    arm: str
+    gold: str
+    seats: dict = field(default_factory=dict)
+    """`{"A": Seat, "B": Seat}`: each copy's facts and the question."""
+    turns: list[Turn] = field(default_factory=list)
+    answers: dict = field(default_factory=dict)
+    correct: dict = field(default_factory=dict)
+    reward: float = 0.0
+    advantage: float = 0.0
+
+    @property
+    def messages(self) -> list[str]:
+        return [t.text for t in self.turns]
+
+    def transcript(self) -> dict:
+        """The chat as a JSON-ready record (no token ids, which the learner alone needs)."""
+        return {
+            "problem_id": self.problem_id, "chat": self.index, "arm": self.arm, "gold": self.gold,
+            "question": self.seats["A"].question, "facts_a": self.seats["A"].facts, "facts_b": self.seats["B"].facts,
+            "messages": [{"turn": i, "speaker": t.speaker, "text": t.text, "tokens": len(t.completion_ids),
+                          "truncated": t.truncated, "view": t.view} for i, t in enumerate(self.turns)],
+            "answers": self.answers, "correct": self.correct, "reward": self.reward, "advantage": self.advantage,
+        }
+
+
+@dataclass
+class Player:
+    """A model that can write messages: its engine (ids -> ids) and the tokenizer it reads and writes with."""
+
+    engine: object
+    tokenizer: object
+    name: str = "policy"
+
+
+def _encode(tokenizer, messages: list[dict]) -> list[int]:
+    return tokenizer(render_view(tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+
+def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: ChatConfig, *,
+               chats_per_problem: int, seed: int, progress=None) -> list[Chat]:
+    """Play `chats_per_problem` chats on each problem; chats are grouped by problem, in order.
+
+    `problems` are records with `id`, `facts_a`, `facts_b`, `question`, `gold`. `seed` fixes the sampling
+    (a torch.Generator per turn), so the same call gives the same chats.
+    """
+    chats = [Chat(p.id, k, arm, p.gold, {"A": Seat(list(p.facts_a), p.question), "B": Seat(list(p.facts_b), p.question)})
+             for p in problems for k in range(chats_per_problem)]
+    by_name = {"A": players[0], "B": players[1]}
+    for turn, speaker in enumerate(SPEAKERS):
+        player = by_name[speaker]
+        views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
+        prompts = [_encode(player.tokenizer, v) for v in views]
+        limit = max_tokens(turn, chat)
+        device = getattr(player.engine, "device", torch.device("cpu"))
+        generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
+        completions = player.engine.generate(prompts, limit, generator)
+        stops = set(player.engine.stop_ids)
+        for c, v, prompt, ids in zip(chats, views, prompts, completions):
+            text = player.tokenizer.decode(ids, skip_special_tokens=True).strip()
+            truncated = not ids or ids[-1] not in stops
+            c.turns.append(Turn(speaker, prompt, ids, text, v, truncated))
+        if progress is not None:
+            progress(turn)
+    score_chats(chats)
+    return chats
+
+
+def _turn_seed(seed: int, turn: int) -> int:
+    return (seed * 1_000_003 + turn * 7919) % (2**63 - 1)
+
+
+def score_chats(chats: list[Chat]) -> None:
+    """Grade both final answers of every chat; the team reward is their mean."""
+    finals, golds = [], []
+    for c in chats:
+        for name in ("A", "B"):
+            finals.append(c.turns[FINAL_TURN[name]].text)
+            golds.append(c.gold)
+    results = iter(grade_many(finals, golds))
+    for c in chats:
+        for name in ("A", "B"):
+            c.answers[name] = extract_answer(c.turns[FINAL_TURN[name]].text)
+            c.correct[name] = bool(next(results))
+        c.reward = (c.correct["A"] + c.correct["B"]) / 2

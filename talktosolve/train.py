@@ -1,0 +1,229 @@
+"""Train one arm and seed: the GRPO loop, top to bottom, writing a resumable run folder.
+
+    run_dir/
+      config.json           every config field, plus the arm and seed
+      metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces)
+      transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
+      checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
+      final/                the trained adapter (PEFT format) or full weights, safetensors
+      done.json             written last: the run finished, and which config produced it
+
+All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
+needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from talktosolve.config import Config, config_key
+from talktosolve.engine import Engine
+from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
+from talktosolve.policy import load_base, load_tokenizer, make_trainable, resolve_device, save_policy, stop_ids
+from talktosolve.rollout import Player, play_chats
+from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
+from talktosolve.talk import aggregate_talk, talk_metrics
+
+
+class TrainingError(RuntimeError):
+    """Training stopped; the message says why and what is kept."""
+
+
+def run_config(cfg: Config, arm: str, seed: int) -> dict:
+    """What determines a training run's outputs: the model, data, chat and train sections, the arm and seed."""
+    d = cfg.to_dict()
+    return {"model": d["model"], "data": d["data"], "chat": d["chat"], "train": d["train"], "arm": arm,
+            "seed": seed}
+
+
+def is_done(run_dir: Path, cfg: Config, arm: str, seed: int) -> bool:
+    done = Path(run_dir) / "done.json"
+    return done.exists() and read_json(done).get("key") == config_key(run_config(cfg, arm, seed))
+
+
+def step_problems(problems: list, seed: int, step: int, n: int) -> list:
+    """The problems of step `step`: a stream of seeded permutations (epochs) of the training set."""
+    out = []
+    for i in range(step * n, step * n + n):
+        epoch, pos = divmod(i, len(problems))
+        order = list(range(len(problems)))
+        random.Random(f"{seed}-{epoch}").shuffle(order)
+        out.append(problems[order[pos]])
+    return out
+
+
+def _save_checkpoint(run_dir: Path, model, optimizer, step: int) -> None:
+    final = run_dir / "checkpoints" / f"step-{step:06d}"
+    tmp = run_dir / "checkpoints" / f".tmp-step-{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = {id(p): n for n, p in model.named_parameters()}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    save_file({names[id(p)]: p.detach().cpu().contiguous() for p in params}, str(tmp / "trainable.safetensors"))
+    opt = optimizer.state_dict()
+    tensors = {}
+    for idx, state in opt["state"].items():
+        for key, value in state.items():
+            tensors[f"{idx}.{key}"] = (value if torch.is_tensor(value) else torch.tensor(value)).cpu().contiguous()
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    write_json(tmp / "state.json", {"step": step, "param_groups": opt["param_groups"]})
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)  # a checkpoint appears whole or not at all
+    for old in sorted((run_dir / "checkpoints").glob("step-*"))[:-2]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint(ckpt: Path, model, optimizer) -> int:
+    device = next(model.parameters()).device
+    weights = load_file(str(ckpt / "trainable.safetensors"), device=str(device))
+    by_name = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights.items():
+            by_name[name].copy_(value)
+    state = read_json(ckpt / "state.json")
+    tensors = load_file(str(ckpt / "optimizer.safetensors"), device=str(device))
+    opt_state: dict = {}
+    for key, value in tensors.items():
+        idx, field = key.split(".", 1)
+        opt_state.setdefault(int(idx), {})[field] = value.cpu() if field == "step" else value
+    optimizer.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
+    return int(state["step"])
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = sorted(p for p in (Path(run_dir) / "checkpoints").glob("step-*") if (p / "state.json").exists())
+    return ckpts[-1] if ckpts else None
+
+
+def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, progress: bool = True,
+          loggers: tuple = ()) -> Path:
+    """Train one arm/seed into `run_dir` (resuming it if it holds a checkpoint of the same config)."""
+    from tqdm.auto import tqdm
+
+    run_dir = Path(run_dir)
+    key = config_key(run_config(cfg, arm, seed))
+    if is_done(run_dir, cfg, arm, seed):
+        return run_dir
+    config_path = run_dir / "config.json"
+    if config_path.exists() and read_json(config_path).get("key") != key:
+        raise TrainingError(
+            f"{run_dir} holds a run of a different config. Use a new --out folder, or delete this one to start over."
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(config_path, {"key": key, "arm": arm, "seed": seed, **cfg.to_dict()})
+
+    t = cfg.train
+    device = resolve_device(cfg.device)
+    if cfg.cpu_threads and device.type == "cpu":
+        torch.set_num_threads(cfg.cpu_threads)
+    tokenizer = load_tokenizer(cfg.model)
+    torch.manual_seed(seed)  # adapter initialisation
+    model = make_trainable(load_base(cfg.model, device), cfg.model)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps else 1.0)
+
+    start = 0
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        start = _load_checkpoint(ckpt, model, optimizer)
+        schedule.last_epoch = start - 1
+        for group in optimizer.param_groups:
+            group["lr"] = t.lr * schedule.lr_lambdas[0](start - 1) if t.warmup_steps else t.lr
+    for log in ("metrics.jsonl", "transcripts.jsonl"):
+        truncate_jsonl(run_dir / log, lambda row: row.get("step", -1) < start)
+
+    engine = Engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                    temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length)
+    player = Player(engine, tokenizer, "policy")
+    bar = tqdm(total=t.steps, initial=start, desc=f"train {arm} seed {seed}", disable=not progress,
+               dynamic_ncols=True)
+    for step in range(start, t.steps):
+        began = time.perf_counter()
+        batch = step_problems(problems, seed, step, t.problems_per_step)
+        try:
+            chats = play_chats(batch, arm, (player, player), cfg.chat, chats_per_problem=t.chats_per_problem,
+                               seed=seed * 100_003 + step)
+            sampled = time.perf_counter()
+            G = t.chats_per_problem
+            adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
+            samples = []
+            for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
+                c.advantage = a
+                samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns]
+            stats = grpo_update(model, optimizer, samples, pad_id=tokenizer.pad_token_id,
+                                chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device)
+            schedule.step()
+        except NonFiniteLoss as e:
+            bar.close()
+            kept = latest_checkpoint(run_dir)
+            raise TrainingError(
+                f"Step {step}: {e}. The update was not applied; the last good checkpoint is "
+                f"{kept or 'none (no checkpoint yet)'}. Lower train.lr or raise train.grad_clip's strictness "
+                "(a smaller value), then rerun the same command to resume."
+            ) from e
+        except torch.cuda.OutOfMemoryError as e:
+            bar.close()
+            raise TrainingError(
+                f"Step {step}: the GPU ran out of memory. Lower train.chats_per_microbatch "
+                f"(now {t.chats_per_microbatch}), turn on model.gradient_checkpointing, or lower "
+                "train.problems_per_step; rerun the same command to resume from the last checkpoint."
+            ) from e
+        row = step_metrics(step, chats, stats, time.perf_counter() - began, sampled - began)
+        append_jsonl(run_dir / "transcripts.jsonl", [{"step": step, **c.transcript()} for c in chats])
+        append_jsonl(run_dir / "metrics.jsonl", [row])
+        for log in loggers:
+            log(row, step)
+        if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
+            _save_checkpoint(run_dir, model, optimizer, step + 1)
+        bar.set_postfix(reward=f"{row['train/reward']:.3f}", send=_fmt(row["talk/send"]))
+        bar.update(1)
+    bar.close()
+    final_tmp = run_dir / ".final.tmp"
+    shutil.rmtree(final_tmp, ignore_errors=True)
+    save_policy(model, final_tmp, cfg.model)
+    shutil.rmtree(run_dir / "final", ignore_errors=True)
+    final_tmp.rename(run_dir / "final")
+    write_json(run_dir / "done.json", {"key": key, "steps": t.steps})
+    return run_dir
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def step_metrics(step: int, chats: list, stats, seconds: float, sample_seconds: float) -> dict:
+    talk = aggregate_talk([talk_metrics(_facts(c, "A"), _facts(c, "B"), _question(c), c.messages) for c in chats])
+    n = len(chats)
+    return {
+        "step": step,
+        "train/reward": sum(c.reward for c in chats) / n,
+        "train/acc_a": sum(c.correct["A"] for c in chats) / n,
+        "train/acc_b": sum(c.correct["B"] for c in chats) / n,
+        "talk/send": talk.get("send"),
+        "talk/use": talk.get("use"),
+        "talk/ask": talk.get("ask"),
+        "loss/policy": stats.loss,
+        "loss/grad_norm": stats.grad_norm,
+        "perf/tokens": stats.tokens,
+        "perf/seconds": seconds,
+        "perf/sample_seconds": sample_seconds,
+    }
+
+
+def _facts(chat, name: str) -> list[str]:
+    return chat.seats[name].facts
+
+
+def _question(chat) -> str:
+    return chat.seats["A"].question
