@@ -1,0 +1,200 @@
+"""The command line: `talktosolve data | train | eval | compare | recipe | micro-base`.
+
+Every command that runs models takes `--preset NAME` (data in talktosolve/presets/) and any number of
+`--set section.field=value` overrides; the resolved config is written into the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from talktosolve.config import ConfigError, make_config, parse_overrides, preset_names
+
+
+def _config(args, **extra):
+    overrides = parse_overrides(args.set or [])
+    for section, values in extra.items():
+        for key, value in values.items():
+            if value is not None:
+                overrides.setdefault(section, {})[key] = value
+    return make_config(args.preset, overrides)
+
+
+def _common(p, default_preset):
+    p.add_argument("--preset", default=default_preset,
+                   help=f"config preset: one of {', '.join(preset_names())} or a .json file (default: {default_preset})")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set train.lr=3e-4 (repeatable)")
+    p.add_argument("--gsm8k", help="GSM8K folder or .jsonl/.parquet file (default: the Hub, when online)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--log", choices=["tensorboard", "wandb"], help="also send metrics to TensorBoard or W&B")
+
+
+def cmd_data(args) -> int:
+    from talktosolve.data import build_datasets, format_summary
+
+    summary = build_datasets(args.gsm8k, args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
+                             strict=args.strict)
+    print(format_summary(summary))
+    print(f"wrote {args.out}/train.jsonl, test.jsonl, eligibility_train.jsonl, eligibility_test.jsonl")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from talktosolve.tasks import load_problems
+    from talktosolve.train import train
+
+    cfg = _config(args, data={"gsm8k": args.gsm8k})
+    out = Path(args.out)
+    train_set, _, _ = load_problems(cfg, out / "data")
+    train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=_loggers(args, out))
+    print(f"trained {args.arm} seed {args.seed}: {out}/final (metrics in {out}/metrics.jsonl)")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from talktosolve.evaluate import evaluate
+    from talktosolve.tasks import load_problems
+
+    cfg = _config(args, data={"gsm8k": args.gsm8k})
+    out = Path(args.out)
+    _, test_set, _ = load_problems(cfg, out / "data")
+    summary = evaluate(cfg, test_set, out, arm=args.arm, player_a=args.a, player_b=args.b, progress=not args.quiet)
+    talk = summary["talk"]
+    print(f"accuracy {summary['accuracy']:.3f} (A {summary['acc_a']:.3f}, B {summary['acc_b']:.3f}) over "
+          f"{summary['n_problems']} problems; send {_f(talk['send'])} use {_f(talk['use'])} ask {_f(talk['ask'])} "
+          f"agree {_f(talk['agree'])}\nwrote {out}/summary.json and {out}/chats.jsonl")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import numpy as np
+
+    from talktosolve.stats import paired_delta_report
+    from talktosolve.store import read_json
+
+    def scores(folders):
+        rows = [read_json(Path(f) / "summary.json") for f in folders]
+        ids = rows[0]["problem_ids"]
+        for f, r in zip(folders, rows):
+            if r["problem_ids"] != ids:
+                raise SystemExit(f"error: {f} was evaluated on different problems; compare needs the same ones.")
+        return np.array([r["scores"] for r in rows]), ids
+
+    chat, ids = scores(args.chat)
+    cut, ids_cut = scores(args.cut)
+    if ids != ids_cut:
+        raise SystemExit("error: the chat and cut evaluations cover different problems.")
+    rep = paired_delta_report(chat, cut)
+    print(f"chat - cut = {rep['delta']:+.3f} [{rep['lo']:+.3f}, {rep['hi']:+.3f}] (95%, {rep['method']}; "
+          f"{rep['n_seeds_chat']} vs {rep['n_seeds_cut']} seeds, {rep['n_problems']} problems)"
+          f"{' -- ' + rep['warning'] if rep.get('warning') else ''}")
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    return 0
+
+
+def cmd_recipe(args) -> int:
+    from talktosolve.recipe import run_recipe
+    from talktosolve.report import terminal_summary
+
+    cfg = _config(args, data={"gsm8k": args.gsm8k})
+    out = Path(args.out or f"runs/{Path(args.preset).stem}")
+    results = run_recipe(cfg, out, preset=args.preset, progress=not args.quiet,
+                         loggers_for=(lambda name: _loggers(args, out / "runs" / name)) if args.log else None)
+    print(terminal_summary(results))
+    print(f"\nwrote {out}/results.json, {out}/report.md, {out}/report.html")
+    return 0
+
+
+def cmd_micro_base(args) -> int:
+    from talktosolve.micro.base import micro_base_path, pretrain
+
+    if args.out:
+        path = pretrain(Path(args.out), seed=args.seed)
+    else:
+        path = micro_base_path(rebuild=args.rebuild)
+    print(f"micro base model: {path}")
+    return 0
+
+
+def _loggers(args, out: Path) -> tuple:
+    if not getattr(args, "log", None):
+        return ()
+    from talktosolve.tracking import make_logger
+
+    return (make_logger(args.log, out),)
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="talktosolve", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="build split-fact GSM8K problems (train.jsonl, test.jsonl, eligibility)")
+    p.add_argument("--gsm8k", help="GSM8K folder holding train/test .jsonl or .parquet (default: the Hub)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--n-train", type=int, default=1024)
+    p.add_argument("--n-test", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0, help="seed that chooses the problems")
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed row instead of skipping it")
+    p.set_defaults(fn=cmd_data)
+
+    p = sub.add_parser("train", help="train one arm and seed into a run folder (resumes if it exists)")
+    _common(p, "paper")
+    p.add_argument("--arm", choices=["chat", "cut"], required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="run folder")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a pair of players on held-out problems")
+    _common(p, "paper")
+    p.add_argument("--a", help="copy A: a run folder or adapter folder (default: the untrained base)")
+    p.add_argument("--b", help="copy B: a run folder or adapter folder (default: the untrained base)")
+    p.add_argument("--arm", choices=["chat", "cut"], default="chat")
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("compare", help="paired chat-vs-cut delta over evaluation folders")
+    p.add_argument("--chat", nargs="+", required=True, help="eval folders of the chat arm, one per seed")
+    p.add_argument("--cut", nargs="+", required=True, help="eval folders of the cut arm, one per seed")
+    p.add_argument("--json", action="store_true", help="also print the full report as JSON")
+    p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("recipe", help="the whole recipe: both arms x seeds, evals, cross-play, compare, report")
+    _common(p, "micro")
+    p.add_argument("--out", help="output folder (default: runs/PRESET)")
+    p.set_defaults(fn=cmd_recipe)
+
+    p = sub.add_parser("micro-base", help="pretrain (or locate) the micro world's base model")
+    p.add_argument("--out", help="pretrain into this folder instead of the user cache")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rebuild", action="store_true", help="pretrain again even if a cached or shipped one exists")
+    p.set_defaults(fn=cmd_micro_base)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from talktosolve.data import DataError
+    from talktosolve.policy import ModelError
+    from talktosolve.train import TrainingError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, DataError, ModelError, TrainingError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Held-out evaluation of a pair of players: each problem x `chats_per_problem` chats, both copies graded.
+
+A player is the untrained base or a trained model (a run folder or an adapter folder), and A and B are chosen
+independently, so cross-play (trained A, base B) is the same call. Every model is evaluated with the same
+sampling seed on the same problems, so the per-problem scores of two evaluations are paired.
+
+Outputs, in `out_dir`: `chats.jsonl` (every chat, as in training transcripts) and `summary.json`: accuracy (mean
+of the 4 graded answers per problem, averaged), A's and B's accuracy, the per-problem scores (for the paired
+comparison), and the talk metrics aggregated over chats.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from talktosolve.config import Config, config_key
+from talktosolve.engine import Engine
+from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
+from talktosolve.rollout import Player, play_chats
+from talktosolve.store import read_json, write_json, write_text
+from talktosolve.talk import aggregate_talk, talk_metrics
+
+import json
+
+
+def eval_key(cfg: Config, arm: str, player_a: str | None, player_b: str | None) -> str:
+    d = cfg.to_dict()
+    return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": d["eval"], "arm": arm,
+                       "a": _weights_key(player_a), "b": _weights_key(player_b)})
+
+
+def _weights_key(path: str | None) -> str | None:
+    """A player's identity: the base, or the config key of the run whose weights it is (else its path)."""
+    if path is None:
+        return None
+    done = Path(path) / "done.json"
+    return read_json(done)["key"] if done.exists() else str(Path(path).resolve())
+
+
+def is_current(out_dir: Path, key: str) -> bool:
+    summary = Path(out_dir) / "summary.json"
+    return summary.exists() and read_json(summary).get("key") == key
+
+
+def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", player_a: str | None = None,
+             player_b: str | None = None, progress: bool = True, label: str = "eval") -> dict:
+    """Evaluate A=`player_a`, B=`player_b` (None = the untrained base) in `arm`; returns the summary."""
+    from tqdm.auto import tqdm
+
+    out_dir = Path(out_dir)
+    key = eval_key(cfg, arm, player_a, player_b)
+    if is_current(out_dir, key):
+        return read_json(out_dir / "summary.json")
+    e = cfg.eval
+    problems = problems[: e.n_problems]
+    device = resolve_device(cfg.device)
+    tokenizer = load_tokenizer(cfg.model)
+    model_a = load_player_model(cfg, player_a, device)
+    model_b = model_a if player_b == player_a else load_player_model(cfg, player_b, device)
+    players = tuple(
+        Player(Engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
+                      temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length), tokenizer)
+        for m in (model_a, model_b))
+    per_batch = max(1, e.batch_chats // e.chats_per_problem)
+    chats = []
+    bar = tqdm(total=len(problems), desc=label, disable=not progress, dynamic_ncols=True)
+    for b, i in enumerate(range(0, len(problems), per_batch)):
+        batch = problems[i:i + per_batch]
+        chats += play_chats(batch, arm, players, cfg.chat, chats_per_problem=e.chats_per_problem,
+                            seed=e.seed * 1_000_003 + b)
+        bar.update(len(batch))
+    bar.close()
+    summary = summarize(chats, e.chats_per_problem)
+    summary.update({"key": key, "arm": arm, "player_a": player_a or "base", "player_b": player_b or "base"})
+    write_text(out_dir / "chats.jsonl", "".join(json.dumps(c.transcript()) + "\n" for c in chats))
+    write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def summarize(chats: list, chats_per_problem: int) -> dict:
+    """Accuracy per problem (mean of its graded answers) and overall, plus aggregated talk metrics."""
+    scores, ids = [], []
+    for i in range(0, len(chats), chats_per_problem):
+        group = chats[i:i + chats_per_problem]
+        scores.append(sum(c.correct["A"] + c.correct["B"] for c in group) / (2 * len(group)))
+        ids.append(group[0].problem_id)
+    rows = [talk_metrics(c.seats["A"].facts, c.seats["B"].facts, c.seats["A"].question, c.messages) for c in chats]
+    n = len(chats)
+    return {
+        "accuracy": sum(scores) / len(scores),
+        "acc_a": sum(c.correct["A"] for c in chats) / n,
+        "acc_b": sum(c.correct["B"] for c in chats) / n,
+        "n_problems": len(scores),
+        "n_chats": n,
+        "problem_ids": ids,
+        "scores": scores,
+        "talk": aggregate_talk(rows),
+        "tokens_per_message": sum(len(t.completion_ids) for c in chats for t in c.turns) / (4 * n),
+        "truncated_share": sum(t.truncated for c in chats for t in c.turns) / (4 * n),
+    }

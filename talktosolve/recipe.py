@@ -1,0 +1,169 @@
+"""The whole recipe in one resumable command: data, base evals, train x (arm, seed), evals, cross-play,
+the paired comparison, `results.json` and the report.
+
+    out/
+      config.json                 the config of the recipe (every field)
+      data/                       built problems (GSM8K) and their eligibility
+      runs/{arm}-s{seed}/         one training run each (see talktosolve.train)
+      evals/{name}/               chats.jsonl + summary.json per evaluation (see talktosolve.evaluate)
+      results.json                every figure and check, computed from the folders above
+      report.md, report.html, plots/
+
+Each stage's output carries the config key that produced it (`done.json`, `summary.json`), so a rerun skips
+what is finished under the same config, resumes a training run from its last checkpoint, and redoes what a
+changed setting made stale. Evaluation names: `base-{arm}` (the untrained pair), `{arm}-s{seed}` (a trained
+model as both copies, in its own arm), `cross-{arm}-s{seed}` (trained A with the untrained base as B).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+from talktosolve import __version__
+from talktosolve.config import Config
+from talktosolve.evaluate import evaluate
+from talktosolve.stats import mean_ci, paired_delta_report
+from talktosolve.store import read_json, read_jsonl, write_json
+from talktosolve.tasks import load_problems, split_checks
+from talktosolve.train import train
+
+CUT_MARGIN = 0.05
+"""The cut arm counts as 'near the base or below' when its accuracy is at most the base pair's + this."""
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm}-s{seed}"
+
+
+def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool = True,
+               loggers_for=None) -> dict:
+    """Run (or resume) the recipe into `out`; returns results.json's content."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    write_json(out / "config.json", {"preset": preset, **cfg.to_dict()})
+    train_set, test_set, eligibility = load_problems(cfg, out / "data")
+    test_set = test_set[: cfg.eval.n_problems]
+
+    def ev(name, arm, a=None, b=None):
+        return evaluate(cfg, test_set, out / "evals" / name, arm=arm, player_a=a, player_b=b,
+                        progress=progress, label=f"eval {name}")
+
+    evals = {f"base-{arm}": ev(f"base-{arm}", arm) for arm in ("chat", "cut")}
+    for arm in cfg.arms:
+        for seed in cfg.seeds:
+            name = run_name(arm, seed)
+            run_dir = out / "runs" / name
+            loggers = loggers_for(name) if loggers_for else ()
+            train(cfg, arm, seed, run_dir, train_set, progress=progress, loggers=loggers)
+            evals[name] = ev(name, arm, str(run_dir), str(run_dir))
+            evals[f"cross-{name}"] = ev(f"cross-{name}", arm, str(run_dir), None)
+    results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, time.time() - began)
+    from talktosolve.report import write_report
+    from talktosolve.results import validate_results
+
+    validate_results(results)
+    write_json(out / "results.json", results)
+    write_report(results, out)
+    return results
+
+
+def cut_never_sees_partner(chats_files: list[Path]) -> bool:
+    """Transcript check: in every cut-arm chat, no view holds any of the partner's message text."""
+    from talktosolve.chat import NO_MESSAGE, SPEAKERS
+
+    for path in chats_files:
+        for chat in read_jsonl(path):
+            if chat["arm"] != "cut":
+                continue
+            msgs = chat["messages"]
+            for i, m in enumerate(msgs):
+                seen = "\n".join(part["content"] for part in m["view"])
+                for j in range(i):
+                    partner_text = msgs[j]["text"]
+                    if SPEAKERS[j] != SPEAKERS[i] and partner_text.strip() and partner_text.strip() in seen:
+                        return False
+                if i > 0 and NO_MESSAGE not in seen:
+                    return False
+    return True
+
+
+def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibility: dict | None, preset: str,
+                  seconds: float) -> dict:
+    import numpy as np
+
+    seeds = list(cfg.seeds)
+    base = evals["base-chat"]["accuracy"]
+    arms = {}
+    for arm in cfg.arms:
+        matrix = np.array([evals[run_name(arm, s)]["scores"] for s in seeds])  # [S, P]
+        acc, lo, hi = mean_ci(matrix)
+        per_seed = {}
+        for s in seeds:
+            m, l, h = mean_ci(np.array([evals[run_name(arm, s)]["scores"]]))
+            per_seed[str(s)] = {"accuracy": m, "lo": l, "hi": h,
+                                "cross_play": evals[f"cross-{run_name(arm, s)}"]["accuracy"]}
+        arms[arm] = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
+    comparison = None
+    if "chat" in cfg.arms and "cut" in cfg.arms:
+        comparison = paired_delta_report(
+            np.array([evals[run_name("chat", s)]["scores"] for s in seeds]),
+            np.array([evals[run_name("cut", s)]["scores"] for s in seeds]))
+    checks = dict(split_checks(problems))
+    checks.pop("n_checked")
+    cut_files = [out / "evals" / n / "chats.jsonl" for n in evals if evals[n]["arm"] == "cut"]
+    cut_files += [out / "runs" / run_name("cut", s) / "transcripts.jsonl" for s in seeds if "cut" in cfg.arms]
+    checks["cut_never_sees_partner"] = cut_never_sees_partner(cut_files)
+    checks["interval_excludes_zero"] = bool(comparison and comparison["excludes_zero"])
+    if "chat" in cfg.arms:
+        checks["chat_beats_base"] = {str(s): evals[run_name("chat", s)]["accuracy"] > base for s in seeds}
+        checks["cross_play_below_pair"] = {
+            str(s): evals[f"cross-{run_name('chat', s)}"]["accuracy"] < evals[run_name("chat", s)]["accuracy"]
+            for s in seeds}
+    if "cut" in cfg.arms:
+        checks["cut_near_base"] = {str(s): evals[run_name("cut", s)]["accuracy"] <= base + CUT_MARGIN for s in seeds}
+    curves = {}
+    train_seconds = 0.0
+    for arm in cfg.arms:
+        for s in seeds:
+            rows = read_jsonl(out / "runs" / run_name(arm, s) / "metrics.jsonl")
+            train_seconds += sum(r["perf/seconds"] for r in rows)
+            curves[run_name(arm, s)] = [{"step": r["step"], "reward": r["train/reward"], "send": r["talk/send"],
+                                         "use": r["talk/use"], "ask": r["talk/ask"]} for r in rows]
+    return {
+        "schema_version": 1,
+        "preset": preset,
+        "config": cfg.to_dict(),
+        "run": run_facts(cfg, seconds, train_seconds),
+        "data": {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test,
+                 "eligibility": {k: v["by_reason"] for k, v in eligibility["splits"].items()} if eligibility else None},
+        "evals": {name: {k: v for k, v in e.items() if k not in ("scores", "problem_ids", "key")}
+                  for name, e in evals.items()},
+        "arms": arms,
+        "comparison": comparison,
+        "checks": checks,
+        "curves": curves,
+    }
+
+
+def run_facts(cfg: Config, seconds: float, train_seconds: float) -> dict:
+    import peft
+    import torch
+    import transformers
+
+    from talktosolve.policy import resolve_device
+
+    device = resolve_device(cfg.device)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {
+        "model": cfg.model.name_or_path,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "peft": peft.__version__, "talktosolve": __version__},
+        "arms": list(cfg.arms), "seeds": list(cfg.seeds), "steps": cfg.train.steps,
+        "device": str(device), "gpu": gpu,
+        "wall_seconds": seconds, "train_seconds": train_seconds,
+        "gpu_seconds": seconds if gpu else None,
+    }

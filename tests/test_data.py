@@ -1,0 +1,221 @@
+"""GSM8K loading (malformed rows reported, never dropped), reproducible selection, problems files, real data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from talktosolve.data import (DataError, Problem, build_datasets, choose, format_summary, load_gsm8k, parse_gold,
+                              read_problems, write_problems)
+from talktosolve.numbers import has_number
+
+REAL_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
+
+
+def row(i: int, gold: str = "7") -> dict:
+    return {"question": f"Tom has {i} apples. Jim has {i + 1} pears. How many fruits are there?",
+            "answer": f"They add up.\n#### {gold}"}
+
+
+def write_jsonl(path: Path, lines: list) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+@pytest.fixture
+def gsm(tmp_path):
+    """A small GSM8K-shaped folder: 12 eligible + 2 ineligible train rows, 6 eligible test rows."""
+    folder = tmp_path / "gsm"
+    folder.mkdir()
+    train = [row(i) for i in range(12)]
+    train.insert(3, {"question": "Tom has apples. How many?", "answer": "#### 1"})
+    train.insert(7, {"question": "Tom has three apples. Jim has 4. How many?", "answer": "#### 7"})
+    write_jsonl(folder / "train.jsonl", train)
+    write_jsonl(folder / "test.jsonl", [row(i, "1,000") for i in range(6)])
+    return folder
+
+
+def test_parse_gold():
+    assert parse_gold("blah\n#### 1,000") == "1000"
+    assert parse_gold("#### -3 ") == "-3"
+    assert parse_gold("a #### 1\n#### 2.5") == "2.5"
+    with pytest.raises(DataError, match="no '####"):
+        parse_gold("72")
+    with pytest.raises(DataError, match="not a number"):
+        parse_gold("#### seventy")
+
+
+def test_malformed_rows_are_reported_with_lines(tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", [
+        row(0),                                   # line 1 ok
+        "{not json",                              # line 2
+        {"question": "Q?"},                       # line 3: no answer
+        "",                                       # line 4: blank, not a row
+        {"question": "Q?", "answer": "72"},       # line 5: no ####
+        {"question": "Q?", "answer": "#### x"},   # line 6: gold not a number
+        [1, 2],                                   # line 7: not an object
+        row(1),                                   # line 8 ok
+    ])
+    rows, issues = load_gsm8k(path, "train")
+    assert [r["line"] for r in rows] == [1, 8]
+    assert [r["index"] for r in rows] == [0, 6]  # blank line 4 is not a row
+    assert [i.line for i in issues] == [2, 3, 5, 6, 7]
+    reasons = [i.reason for i in issues]
+    assert "bad JSON" in reasons[0]
+    assert "missing field 'answer'" in reasons[1]
+    assert "no '####" in reasons[2]
+    assert "not a number" in reasons[3]
+    assert "not a JSON object" in reasons[4]
+    assert issues[0].where == f"{path}:2"
+
+    with pytest.raises(DataError, match=r"train\.jsonl:2: bad JSON"):
+        load_gsm8k(path, "train", strict=True)
+
+
+def test_empty_and_wrong_fields_are_clear_errors(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(DataError, match="no rows"):
+        load_gsm8k(empty, "train")
+    wrong = write_jsonl(tmp_path / "wrong.jsonl", [{"problem": "Q?", "solution": "#### 1"}] * 3)
+    with pytest.raises(DataError, match=r"none of its 3 rows is usable.*missing field 'question'.*problem"):
+        load_gsm8k(wrong, "train")
+
+
+def test_missing_source_and_layouts(tmp_path, gsm):
+    with pytest.raises(DataError, match="does not exist.*--gsm8k"):
+        load_gsm8k(tmp_path / "nowhere", "train")
+    with pytest.raises(DataError, match="no train split"):
+        load_gsm8k(tmp_path, "train")
+    with pytest.raises(DataError, match="unknown split"):
+        load_gsm8k(gsm, "validation")
+    rows, issues = load_gsm8k(gsm / "test.jsonl", "test")  # a single file serves the split asked for
+    assert len(rows) == 6 and not issues and rows[0]["gold"] == "1000"
+
+
+def test_hub_errors_name_the_local_flag(monkeypatch):
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(DataError, match=r"datasets.*--gsm8k PATH"):
+        load_gsm8k(None, "train")
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    with pytest.raises(DataError, match=r"openai/gsm8k.*no network.*--gsm8k PATH"):
+        load_gsm8k(None, "test")
+
+
+def test_parquet_hub_layout(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    (tmp_path / "main").mkdir()
+    rows = [row(i) for i in range(5)] + [{"question": "Q?", "answer": "no gold"}]
+    pq.write_table(pa.Table.from_pylist(rows[:3]), tmp_path / "main" / "train-00000-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[3:]), tmp_path / "main" / "train-00001-of-00002.parquet")
+    loaded, issues = load_gsm8k(tmp_path, "train")
+    assert [r["index"] for r in loaded] == [0, 1, 2, 3, 4]
+    assert [(i.index, i.line) for i in issues] == [(5, 6)]
+
+
+def test_choose_is_reproducible_and_in_order():
+    pool = list(range(100))
+    a, b = choose(10, pool, 3), choose(10, pool, 3)
+    assert a == b == sorted(a) and len(set(a)) == 10
+    assert choose(10, pool, 4) != a
+
+
+def test_build_datasets(tmp_path, gsm):
+    out = tmp_path / "out"
+    summary = build_datasets(gsm, out, n_train=5, n_test=3, seed=1)
+    train = read_problems(out / "train.jsonl")
+    test = read_problems(out / "test.jsonl")
+    assert len(train) == 5 and len(test) == 3
+    ids = [int(p.id.split("-")[1]) for p in train]
+    assert ids == sorted(ids) and all(p.id.startswith("train-") for p in train)
+    assert all(p.gold == "1000" for p in test)
+    for p in train + test:
+        assert any(has_number(f) for f in p.facts_a) and any(has_number(f) for f in p.facts_b)
+
+    elig = [json.loads(x) for x in (out / "eligibility_train.jsonl").read_text().splitlines()]
+    assert [e["index"] for e in elig] == list(range(14))
+    assert elig[3] == {"index": 3, "eligible": False, "reason": "too_few_facts"}
+    assert elig[7]["reason"] == "half_a_has_no_number"
+    s = summary["splits"]["train"]
+    assert s["rows"] == 14 and s["eligible"] == 12 and s["chosen"] == 5
+    assert s["by_reason"] == {"ok": 12, "half_a_has_no_number": 1, "too_few_facts": 1}
+    assert "too_few_facts" in format_summary(summary)
+
+    # the same seed chooses the same problems; another seed, others
+    build_datasets(gsm, tmp_path / "again", n_train=5, n_test=3, seed=1)
+    assert (tmp_path / "again" / "train.jsonl").read_text() == (out / "train.jsonl").read_text()
+    build_datasets(gsm, tmp_path / "other", n_train=5, n_test=3, seed=2)
+    assert (tmp_path / "other" / "train.jsonl").read_text() != (out / "train.jsonl").read_text()
+    assert not list(out.glob("*.tmp"))
+
+
+def test_build_datasets_malformed_rows_and_errors(tmp_path, gsm):
+    with open(gsm / "test.jsonl", "a") as f:
+        f.write("{broken\n")
+    out = tmp_path / "out"
+    summary = build_datasets(gsm, out, n_train=2, n_test=2)
+    elig = [json.loads(x) for x in (out / "eligibility_test.jsonl").read_text().splitlines()]
+    assert elig[-1]["index"] == 6 and not elig[-1]["eligible"] and elig[-1]["reason"].startswith("malformed: bad JSON")
+    assert summary["splits"]["test"]["by_reason"]["malformed"] == 1
+    assert summary["splits"]["test"]["malformed"][0]["line"] == 7
+    assert "test.jsonl:7" in format_summary(summary)
+
+    with pytest.raises(DataError, match=r"test\.jsonl:7"):
+        build_datasets(gsm, tmp_path / "strict", n_train=2, n_test=2, strict=True)
+    with pytest.raises(DataError, match=r"only 6 eligible.*n_test=7"):
+        build_datasets(gsm, tmp_path / "few", n_train=2, n_test=7)
+    assert not (tmp_path / "few").exists()  # nothing written when a split fails
+    with pytest.raises(DataError, match="single file"):
+        build_datasets(gsm / "train.jsonl", tmp_path / "x")
+
+
+def test_problems_round_trip_and_validation(tmp_path):
+    problems = [Problem("train-0", "How many?", ["A has 1."], ["B has 2."], "3"),
+                Problem("train-4", "Why?", ["C has 3.", "E has 5."], ["D has 4."], "12")]
+    path = tmp_path / "p.jsonl"
+    write_problems(path, problems)
+    assert read_problems(path) == problems
+    assert Problem.from_json(problems[0].to_json()) == problems[0]
+
+    bad = problems[0].to_json()
+    del bad["gold"]
+    write_jsonl(path, [problems[1].to_json(), bad])
+    with pytest.raises(DataError, match=r"p\.jsonl:2: missing field 'gold'"):
+        read_problems(path)
+    write_jsonl(path, [dict(problems[0].to_json(), facts_a="A has 1.")])
+    with pytest.raises(DataError, match=r":1: field 'facts_a' must be a list of strings"):
+        read_problems(path)
+    write_jsonl(path, [problems[0].to_json(), problems[0].to_json()])
+    with pytest.raises(DataError, match="already used on line 1"):
+        read_problems(path)
+    with pytest.raises(DataError, match="problem 0: field 'question'"):
+        write_problems(path, [Problem("x", "", [], [], "1")])
+    with pytest.raises(DataError, match="does not exist"):
+        read_problems(tmp_path / "missing.jsonl")
+
+
+def test_real_gsm8k(tmp_path):
+    if not (REAL_GSM8K / "train.jsonl").exists():
+        pytest.skip(f"GSM8K not found at {REAL_GSM8K} (shared assets absent)")
+    summary = build_datasets(REAL_GSM8K, tmp_path, n_train=1024, n_test=300, seed=0)
+    print()
+    print(format_summary(summary))
+    train, test = read_problems(tmp_path / "train.jsonl"), read_problems(tmp_path / "test.jsonl")
+    assert len(train) == 1024 and len(test) == 300
+    for p in train + test:
+        assert any(has_number(f) for f in p.facts_a), p.id
+        assert any(has_number(f) for f in p.facts_b), p.id
+    for split, n in (("train", 7473), ("test", 1319)):
+        s = summary["splits"][split]
+        assert s["rows"] == n and not s["malformed"]
+        assert sum(s["by_reason"].values()) == n and s["by_reason"]["ok"] == s["eligible"]
