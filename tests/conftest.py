@@ -1,0 +1,45 @@
+"""Shared fixtures: the assets beside the project (skipped when absent) and a tiny random Qwen2 model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+GSM8K = SHARED / "data" / "gsm8k"
+QWEN = SHARED / "models" / "qwen2.5-1.5b-instruct"
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir() -> Path:
+    if not (GSM8K / "train.jsonl").exists():
+        pytest.skip(f"GSM8K is not at {GSM8K} (present only beside the project's checkout)")
+    return GSM8K
+
+
+@pytest.fixture(scope="session")
+def qwen_dir() -> Path:
+    if not (QWEN / "tokenizer_config.json").exists():
+        pytest.skip(f"the Qwen2.5 tokenizer is not at {QWEN} (present only beside the project's checkout)")
+    return QWEN
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A random-weight Qwen2-architecture model (config built here) with the project's own micro tokenizer."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from talktosolve.micro.tokenizer import build_tokenizer
+
+    out = tmp_path_factory.mktemp("tiny-qwen2")
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         bos_token_id=tok.eos_token_id)
+    Qwen2ForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
