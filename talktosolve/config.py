@@ -87,6 +87,9 @@ class ChatConfig:
     """Sampling temperature (no top-k, no top-p: plain sampling from the policy)."""
     force_max_length: bool = False
     """Never stop at end-of-message (benchmarks on random-weight models, whose text never stops)."""
+    engine: str = "auto"
+    """Sampler: `auto` (the CUDA-graph engine on a GPU for Qwen2/Llama-style models, else portable), `fast`,
+    or `portable` (a plain KV-cache loop over transformers' forward, any model, any device)."""
     prompts: PromptConfig = field(default_factory=PromptConfig)
     """The role prompts: the only place their wording lives."""
 
@@ -270,6 +273,8 @@ def validate(cfg: Config) -> None:
     t, c = cfg.train, cfg.chat
     if cfg.model.finetune not in ("lora", "full"):
         problems.append(f"model.finetune is `{cfg.model.finetune}`; use `lora` or `full`.")
+    if c.engine not in ("auto", "fast", "portable"):
+        problems.append(f"chat.engine is `{c.engine}`; use auto, fast or portable.")
     if cfg.data.task not in ("gsm8k", "micro"):
         problems.append(f"data.task is `{cfg.data.task}`; use `gsm8k` or `micro`.")
     for arm in cfg.arms:

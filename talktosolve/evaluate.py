@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from talktosolve.config import Config, config_key
-from talktosolve.engine import Engine
+from talktosolve.fast_engine import make_engine
 from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import read_json, write_json, write_text
@@ -58,8 +58,9 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
     model_a = load_player_model(cfg, player_a, device)
     model_b = model_a if player_b == player_a else load_player_model(cfg, player_b, device)
     players = tuple(
-        Player(Engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
-                      temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length), tokenizer)
+        Player(make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
+                           temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                           kind=cfg.chat.engine), tokenizer)
         for m in (model_a, model_b))
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from talktosolve.config import Config, config_key
-from talktosolve.engine import Engine
+from talktosolve.fast_engine import make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
 from talktosolve.policy import load_base, load_tokenizer, make_trainable, resolve_device, save_policy, stop_ids
 from talktosolve.rollout import Player, play_chats
@@ -143,8 +143,9 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
     for log in ("metrics.jsonl", "transcripts.jsonl"):
         truncate_jsonl(run_dir / log, lambda row: row.get("step", -1) < start)
 
-    engine = Engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
-                    temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length)
+    engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                         temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                         kind=cfg.chat.engine)
     player = Player(engine, tokenizer, "policy")
     bar = tqdm(total=t.steps, initial=start, desc=f"train {arm} seed {seed}", disable=not progress,
                dynamic_ncols=True)
@@ -180,6 +181,8 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
                 "train.problems_per_step; rerun the same command to resume from the last checkpoint."
             ) from e
         row = step_metrics(step, chats, stats, time.perf_counter() - began, sampled - began)
+        if device.type == "cuda":
+            row["perf/peak_gpu_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         append_jsonl(run_dir / "transcripts.jsonl", [{"step": step, **c.transcript()} for c in chats])
         append_jsonl(run_dir / "metrics.jsonl", [row])
         for log in loggers:
