@@ -191,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, ModelError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        import errno
+
+        if e.errno == errno.ENOSPC:
+            print(f"error: the disk is full ({e}). Nothing half-written was kept; free some space and rerun the "
+                  "same command to resume.", file=sys.stderr)
+            return 28
+        raise
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return 130

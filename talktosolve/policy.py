@@ -140,6 +140,10 @@ def load_policy_weights(model, weights_dir: Path, cfg: ModelConfig):
     if (weights_dir / "adapter_config.json").exists():
         from peft import PeftModel
 
+        if not (weights_dir / "adapter_model.safetensors").exists():
+            raise ModelError(f"`{weights_dir}` has no adapter_model.safetensors; talktosolve loads adapters only as "
+                             "safetensors (pickled .bin files can run code).")
+
         try:
             return PeftModel.from_pretrained(model, str(weights_dir), is_trainable=False)
         except (RuntimeError, ValueError, KeyError) as e:

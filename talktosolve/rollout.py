@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from talktosolve.chat import FINAL_TURN, SPEAKERS, Seat, max_tokens, render_view, view
-from talktosolve.config import ChatConfig
+from talktosolve.config import ChatConfig, ConfigError
 from talktosolve.grading import extract_answer, grade_many
 
 
@@ -89,6 +89,7 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
         views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
         prompts = [_encode(player.tokenizer, v) for v in views]
         limit = max_tokens(turn, chat)
+        _check_length(player, prompts, limit, turn)
         device = getattr(player.engine, "device", torch.device("cpu"))
         generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
         completions = player.engine.generate(prompts, limit, generator)
@@ -101,6 +102,17 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
             progress(turn)
     score_chats(chats)
     return chats
+
+
+def _check_length(player: Player, prompts: list[list[int]], limit: int, turn: int) -> None:
+    model = getattr(player.engine, "model", None)
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    longest = max(len(p) for p in prompts)
+    if isinstance(context, int) and longest + limit > context:
+        raise ConfigError(
+            f"Turn {turn}: a view of {longest} tokens plus a {limit}-token message exceeds the model's context of "
+            f"{context} tokens. Lower chat.max_message_tokens / chat.max_final_tokens or shorten chat.prompts."
+        )
 
 
 def _turn_seed(seed: int, turn: int) -> int:
