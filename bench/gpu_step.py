@@ -5,7 +5,8 @@ message lengths are forced to their maximum (random text never stops). Measured 
 
   decode/stock_dynamic   transformers `generate`, default dynamic cache, sampling (the baseline)
   decode/stock_static    `generate` with cache_implementation="static" (auto-compiled; two warm-up calls)
-  decode/fast            talktosolve's StaticEngine (CUDA graph decode, Gumbel-max sampling)
+  decode/fast_eager      talktosolve's StaticEngine without torch.compile (CUDA graph decode, Gumbel-max)
+  decode/fast            the same with each decode layer compiled (the default on CUDA)
   learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens
   step                   the real `train` loop for 2 steps: 8 x 4 chats x 4 turns at 160/160/384/384 tokens
 
@@ -101,13 +102,14 @@ def main():
     # ---- decode: the fast engine, plain model and through a LoRA adapter (refresh included)
     cfg = make_config("paper")
     lora_model = make_trainable(model, cfg.model)
-    for b in (32, 128):
-        eng = StaticEngine(lora_model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True)
+    for b, compiled in ((32, False), (32, True), (128, True)):
+        eng = StaticEngine(lora_model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True,
+                           compile=compiled)
         prompts = batch(b)
         gen_ = torch.Generator(device="cuda").manual_seed(0)
         eng.generate(prompts, 384, gen_)  # capture
         ms = decode_ms(lambda: eng.generate(prompts, 1, gen_), lambda: eng.generate(prompts, 384, gen_), 384)
-        rows.append(("decode/fast", b, ms))
+        rows.append(("decode/fast" if compiled else "decode/fast_eager", b, ms))
         t_ref, _ = cuda_time(eng.refresh)
         res[f"lora_refresh_ms_b{b}"] = 1000 * t_ref
         del eng

@@ -21,6 +21,7 @@ from talktosolve.store import read_json, write_json, write_text
 from talktosolve.talk import aggregate_talk, talk_metrics
 
 import json
+import time
 
 
 def eval_key(cfg: Config, arm: str, player_a: str | None, player_b: str | None) -> str:
@@ -62,6 +63,7 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
                            temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
                            kind=cfg.chat.engine), tokenizer)
         for m in (model_a, model_b))
+    began = time.perf_counter()
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []
     bar = tqdm(total=len(problems), desc=label, disable=not progress, dynamic_ncols=True)
@@ -72,7 +74,7 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
         bar.update(len(batch))
     bar.close()
     summary = summarize(chats, e.chats_per_problem)
-    summary.update({"key": key, "arm": arm, "player_a": player_a or "base", "player_b": player_b or "base"})
+    summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm, "player_a": player_a or "base", "player_b": player_b or "base"})
     write_text(out_dir / "chats.jsonl", "".join(json.dumps(c.transcript()) + "\n" for c in chats))
     write_json(out_dir / "summary.json", summary)
     return summary

@@ -18,7 +18,9 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
 - **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256;
   one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths).
 
-Prefill (the prompt) runs eagerly through the same forward. Only models whose config says `qwen2`, `llama` or
+Prefill (the prompt) runs eagerly through the same layer math. On CUDA each decode layer is also passed through
+`torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
+launch-bound decode step is made of; q|k|v and gate|up run as one matmul each over stacked weight buffers. Only models whose config says `qwen2`, `llama` or
 `mistral`-style attention are accepted; anything else falls back to `Engine` (see `make_engine`).
 """
 
@@ -60,38 +62,94 @@ def _rotate(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class _Linear:
-    """A linear layer's sampling weight: the live weight, or a buffer holding W0 + scale * B @ A."""
+def _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps):
+    """Normed input -> rotated q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D] (one fused matmul)."""
+    B, T, _ = x.shape
+    qkv = F.linear(_rms(x, ln1, eps), w_qkv, b_qkv)
+    q, k, v = qkv.split([n_heads * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
+    q = q.view(B, T, n_heads, head_dim).transpose(1, 2)
+    k = k.view(B, T, n_kv, head_dim).transpose(1, 2)
+    v = v.view(B, T, n_kv, head_dim).transpose(1, 2)
+    cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
+    return q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin, v
 
-    def __init__(self, module):
-        self.lora = hasattr(module, "base_layer") and hasattr(module, "lora_A") and len(module.lora_A) > 0
-        base = module.base_layer if self.lora else module
-        self.bias = base.bias
-        self.w0 = base.weight
-        self.module = module
-        self.weight = base.weight.detach().clone() if self.lora else base.weight
+
+def _mlp_out(x, attn, ln2, w_o, w_gu, w_down, eps):
+    """Residual attention output, then the residual SwiGLU MLP (gate and up in one matmul)."""
+    x = x + F.linear(attn, w_o)
+    gate, up = F.linear(_rms(x, ln2, eps), w_gu).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, w_down)
+
+
+def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, col, mask,
+                  n_heads: int, n_kv: int, head_dim: int, eps: float):
+    """One layer for one new token per row. x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool."""
+    B = x.shape[0]
+    q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
+    k_cache.index_copy_(2, col, k)
+    v_cache.index_copy_(2, col, v)
+    # Grouped-query attention without copying K/V per query head: the G query heads that share a KV head
+    # become G query rows of that head (HF's layout: query head h reads KV head h // G).
+    q = q.reshape(B, n_kv, n_heads // n_kv, head_dim)  # [B, Hkv, G, D]
+    a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G, D]
+    return _mlp_out(x, a.reshape(B, 1, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+
+
+def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask,
+                   n_heads: int, n_kv: int, head_dim: int, eps: float):
+    """One layer over a left-padded prompt. x [B, T, H]; writes cache columns 0..T-1; mask [B, 1, T, T] bool."""
+    B, T, _ = x.shape
+    q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
+    k_cache[:, :, :T].copy_(k)
+    v_cache[:, :, :T].copy_(v)
+    group = n_heads // n_kv
+    a = F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                                       attn_mask=mask)  # [B, Hq, T, D]
+    return _mlp_out(x, a.transpose(1, 2).reshape(B, T, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+
+
+class _Fused:
+    """The sampling weight of one or more linear layers stacked by rows (q|k|v, gate|up), each part rewritten
+    from its base weight plus its current LoRA delta on `refresh` (live weights when there is no adapter)."""
+
+    def __init__(self, modules):
+        self.parts = []
+        for m in modules:
+            lora = hasattr(m, "base_layer") and hasattr(m, "lora_A") and len(m.lora_A) > 0
+            base = m.base_layer if lora else m
+            self.parts.append((m, base, lora))
+        bases = [b for _, b, _ in self.parts]
+        self.weight = torch.cat([b.weight.detach() for b in bases], 0).clone()  # [sum out, in]
+        has_bias = [b.bias is not None for b in bases]
+        self.bias = None
+        if any(has_bias):
+            self.bias = torch.cat([b.bias.detach() if b.bias is not None else
+                                   torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
+                                   for b in bases]).clone()
 
     @torch.no_grad()
     def refresh(self):
-        if not self.lora:
-            return
-        m = self.module
-        merged = self.w0.float()
-        for name in m.active_adapters if hasattr(m, "active_adapters") else ["default"]:
-            if name in m.lora_A:
-                a, b = m.lora_A[name].weight.float(), m.lora_B[name].weight.float()
-                merged = merged + m.scaling[name] * (b @ a)
-        self.weight.copy_(merged.to(self.weight.dtype))
-
-    def __call__(self, x):
-        return F.linear(x, self.weight, self.bias)
+        row = 0
+        for m, base, lora in self.parts:
+            n = base.weight.shape[0]
+            if lora:
+                merged = base.weight.float()
+                for name in m.active_adapters:
+                    if name in m.lora_A:
+                        merged = merged + m.scaling[name] * (m.lora_B[name].weight.float() @ m.lora_A[name].weight.float())
+                self.weight[row:row + n].copy_(merged)
+            else:
+                self.weight[row:row + n].copy_(base.weight)
+            if self.bias is not None and base.bias is not None:
+                self.bias[row:row + n].copy_(base.bias)
+            row += n
 
 
 class StaticEngine:
     """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring)."""
 
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
-                 record_logprobs=False):
+                 record_logprobs=False, compile: bool | None = None):
         self.model = model
         self.stop_ids = sorted(set(stop_ids))
         self.pad_id = pad_id
@@ -109,52 +167,55 @@ class StaticEngine:
         self.rotary = inner.rotary_emb
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
-        self.head = _Linear(base.get_output_embeddings())
+        head = base.get_output_embeddings()
+        self.head = _Fused([head]) if hasattr(head, "lora_A") else None
+        self.head_weight = head.weight
         self.layers = []
         for layer in inner.layers:
             at, mlp = layer.self_attn, layer.mlp
             self.layers.append({
                 "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "q": _Linear(at.q_proj), "k": _Linear(at.k_proj), "v": _Linear(at.v_proj), "o": _Linear(at.o_proj),
-                "gate": _Linear(mlp.gate_proj), "up": _Linear(mlp.up_proj), "down": _Linear(mlp.down_proj),
+                "qkv": _Fused([at.q_proj, at.k_proj, at.v_proj]), "o": _Fused([at.o_proj]),
+                "gate_up": _Fused([mlp.gate_proj, mlp.up_proj]), "down": _Fused([mlp.down_proj]),
             })
         self.stop = torch.tensor(self.stop_ids, device=self.device)
         self.graphs: dict[tuple[int, int], dict] = {}
+        # torch.compile fuses each decode layer's small element-wise kernels (norms, rotary, SwiGLU), which is
+        # what a launch-bound decode step is made of; one compiled layer serves all layers (same shapes).
+        self.compiled = self.device.type == "cuda" if compile is None else compile
+        self._decode = torch.compile(_decode_layer, dynamic=False) if self.compiled else _decode_layer
 
     @property
     def device(self) -> torch.device:
         return self.embed.device
 
     def refresh(self):
-        """Rewrite every adapter layer's sampling weight from the base weight and the current adapter."""
+        """Rewrite every sampling weight from the base weights and the current adapter (or live weights)."""
         for layer in self.layers:
-            for key in ("q", "k", "v", "o", "gate", "up", "down"):
+            for key in ("qkv", "o", "gate_up", "down"):
                 layer[key].refresh()
-        self.head.refresh()
+        if self.head is not None:
+            self.head.refresh()
 
     # --------------------------------------------------------------------------------------------- forward
-    def _forward(self, x, cos, sin, k_cache, v_cache, write, mask):
-        """x [B, T, H] at cache columns `write` ([T] long); mask [B, 1, T, L] bool; returns the last hidden [B, H]."""
-        B, T, _ = x.shape
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
+    def _layer_args(self, w):
+        return (w["ln1"], w["ln2"], w["qkv"].weight, w["qkv"].bias, w["o"].weight, w["gate_up"].weight,
+                w["down"].weight)
+
+    def _dims(self):
+        return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
+
+    def _prefill(self, ids, positions, k_cache, v_cache, mask):
+        x = F.embedding(ids, self.embed)  # [B, T, H]
+        cos, sin = self.rotary(x, positions)
         for i, w in enumerate(self.layers):
-            h = _rms(x, w["ln1"], self.eps)
-            q = w["q"](h).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, Hq, T, D]
-            k = w["k"](h).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-            v = w["v"](h).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
-            q = q * cos + _rotate(q) * sin
-            k = k * cos + _rotate(k) * sin
-            k_cache[i].index_copy_(2, write, k)
-            v_cache[i].index_copy_(2, write, v)
-            a = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask, enable_gqa=True)
-            x = x + w["o"](a.transpose(1, 2).reshape(B, T, -1))
-            h = _rms(x, w["ln2"], self.eps)
-            x = x + w["down"](F.silu(w["gate"](h)) * w["up"](h))
+            x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, **self._dims())
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
 
     def _pick(self, hidden):
         """Next token [B] (and its log-prob [B]) from the last hidden state [B, H]."""
-        logits = self.head(hidden).float()  # [B, V]
+        weight = self.head.weight if self.head is not None else self.head_weight
+        logits = F.linear(hidden, weight).float()  # [B, V]
         if self.greedy:
             tok = logits.argmax(-1)
         else:
@@ -183,7 +244,9 @@ class StaticEngine:
         x = F.embedding(s["tok"][:, None], self.embed)  # [B, 1, H]
         cos, sin = self.rotary(x, s["pos"])
         mask = s["valid"][:, None, None, :]  # [B, 1, 1, L]
-        tok, logp = self._pick(self._forward(x, cos, sin, s["k"], s["v"], s["col"], mask))
+        for i, w in enumerate(self.layers):
+            x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i], s["v"][i], s["col"], mask, **self._dims())
+        tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
             s["done"].logical_or_(torch.isin(tok, self.stop))
@@ -247,12 +310,8 @@ class StaticEngine:
         # Prefill: causal over real tokens; a padding row attends to itself so no row is all -inf (NaN).
         causal = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(T, dtype=torch.bool, device=self.device)
-        pmask = (causal[None] & mask.bool()[:, None, :]) | eye[None]  # [B, T, T]
-        pmask = torch.cat([pmask, torch.zeros(B, T, L - T, dtype=torch.bool, device=self.device)], -1)[:, None]
-        x = F.embedding(ids, self.embed)
-        cos, sin = self.rotary(x, positions)
-        hidden = self._forward(x, cos, sin, s["k"], s["v"], torch.arange(T, device=self.device), pmask)
-        tok, logp = self._pick(hidden)
+        pmask = ((causal[None] & mask.bool()[:, None, :]) | eye[None])[:, None]  # [B, 1, T, T]
+        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask))
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)

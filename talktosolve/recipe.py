@@ -17,9 +17,8 @@ model as both copies, in its own arm), `cross-{arm}-s{seed}` (trained A with the
 
 from __future__ import annotations
 
-import json
+import datetime
 import platform
-import time
 from pathlib import Path
 
 from talktosolve import __version__
@@ -43,7 +42,7 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     """Run (or resume) the recipe into `out`; returns results.json's content."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    began = time.time()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     write_json(out / "config.json", {"preset": preset, **cfg.to_dict()})
     train_set, test_set, eligibility = load_problems(cfg, out / "data")
     test_set = test_set[: cfg.eval.n_problems]
@@ -61,7 +60,9 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
             train(cfg, arm, seed, run_dir, train_set, progress=progress, loggers=loggers)
             evals[name] = ev(name, arm, str(run_dir), str(run_dir))
             evals[f"cross-{name}"] = ev(f"cross-{name}", arm, str(run_dir), None)
-    results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, time.time() - began)
+    results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset)
+    results["run"]["started"] = started
+    results["run"]["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     from talktosolve.report import write_report
     from talktosolve.results import validate_results
 
@@ -91,8 +92,8 @@ def cut_never_sees_partner(chats_files: list[Path]) -> bool:
     return True
 
 
-def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibility: dict | None, preset: str,
-                  seconds: float) -> dict:
+def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibility: dict | None,
+                  preset: str) -> dict:
     import numpy as np
 
     seeds = list(cfg.seeds)
@@ -137,16 +138,25 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         "schema_version": 1,
         "preset": preset,
         "config": cfg.to_dict(),
-        "run": run_facts(cfg, seconds, train_seconds),
+        "run": run_facts(cfg, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values()), train_seconds),
         "data": {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test,
                  "eligibility": {k: v["by_reason"] for k, v in eligibility["splits"].items()} if eligibility else None},
-        "evals": {name: {k: v for k, v in e.items() if k not in ("scores", "problem_ids", "key")}
-                  for name, e in evals.items()},
+        "evals": {name: eval_entry(e) for name, e in evals.items()},
         "arms": arms,
         "comparison": comparison,
         "checks": checks,
         "curves": curves,
     }
+
+
+def eval_entry(summary: dict) -> dict:
+    """An evaluation's figures for results.json: its summary, with a 95% interval over its problems."""
+    import numpy as np
+
+    _, lo, hi = mean_ci(np.array([summary["scores"]]))
+    entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key")}
+    entry.update(lo=lo, hi=hi)
+    return entry
 
 
 def run_facts(cfg: Config, seconds: float, train_seconds: float) -> dict:
@@ -164,6 +174,7 @@ def run_facts(cfg: Config, seconds: float, train_seconds: float) -> dict:
                      "transformers": transformers.__version__, "peft": peft.__version__, "talktosolve": __version__},
         "arms": list(cfg.arms), "seeds": list(cfg.seeds), "steps": cfg.train.steps,
         "device": str(device), "gpu": gpu,
+        # Compute time of every stage, summed from the stages' own records (stable when a rerun skips them).
         "wall_seconds": seconds, "train_seconds": train_seconds,
         "gpu_seconds": seconds if gpu else None,
     }

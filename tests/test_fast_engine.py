@@ -55,7 +55,8 @@ def test_lora_weights_are_merged_exactly_and_refreshed():
     got = engine.generate(batch, 8)
     for p, g in zip(batch, got):
         assert g == stock_greedy(model, p, 8)
-    w0 = engine.layers[0]["q"].w0.clone()
+    q_proj = model.get_base_model().model.layers[0].self_attn.q_proj.base_layer
+    w0 = q_proj.weight.detach().clone()
     with torch.no_grad():  # an optimizer step: the sampler must follow on its next call
         for n, p in model.named_parameters():
             if "lora_B" in n:
@@ -63,7 +64,7 @@ def test_lora_weights_are_merged_exactly_and_refreshed():
     got = engine.generate(batch, 8)
     for p, g in zip(batch, got):
         assert g == stock_greedy(model, p, 8)
-    assert torch.equal(engine.layers[0]["q"].w0, w0), "the base weight is never modified"
+    assert torch.equal(q_proj.weight, w0), "the base weight is never modified"
 
 
 def check_logprobs(model, device, atol):

@@ -13,13 +13,13 @@ def test_advantage_is_group_centred_without_std_scaling():
     assert adv[2] == pytest.approx([0.25, 0.25, 0.25, -0.75])
 
 
-def test_microbatches_hold_whole_chats():
-    samples = [Sample([1] * (g + 1), [2], 0.0, g) for g in range(5) for _ in range(4)]
+def test_microbatches_hold_two_chats_worth_of_messages_grouped_by_length():
+    samples = [Sample([1] * (3 * t + g), [2], 0.0, g) for g in range(5) for t in range(4)]
     batches = microbatches(samples, 2)
     assert [len(b) for b in batches] == [8, 8, 4]
-    for b in batches:
-        groups = {s.group for s in b}
-        assert all(sum(s.group == g for s in b) == 4 for g in groups)
+    assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in samples)
+    lengths = [len(s.prompt_ids) for b in batches for s in b]
+    assert lengths == sorted(lengths)
 
 
 class Toy(torch.nn.Module):
@@ -78,5 +78,7 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     # lr 0 keeps the weights, so the gradient the update computed can be read back.
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
+    # The loss's value is the surrogate at ratio 1: -(1/N) sum_m A_m |y_m| (its gradient is what matters).
+    assert stats.loss == pytest.approx(-sum(s.advantage * len(s.completion_ids) for s in samples) / n_tok)
     torch.testing.assert_close(model.head.weight.grad, expected)
     assert stats.tokens == n_tok and stats.samples == 4

@@ -1,0 +1,301 @@
+"""The micro base model: a tiny `Qwen2ForCausalLM` the project pretrains itself on scripted chats.
+
+Model (`MODEL`): 4 layers, hidden 128, 4 heads, MLP 384, tied embeddings, the micro tokenizer's ~220 words:
+about 0.9M parameters (3.6 MB in fp32). It goes through transformers exactly as the paper model does.
+
+Corpus (`CORPUS`, drawn afresh for every batch from a fixed seed, so pretraining is deterministic). Problems come
+from the micro task's train stream (`task.make_problems("train", ..., seed=CORPUS["problem_seed"])`), which never
+holds a test text. Each batch is a mixture of:
+
+* **scripted chats, 2/3 of the sequences.** A chat's four messages come from `script.scripted_chat` with the
+  default `script.Repertoire`: a non-final message states the writer's numbers 60% of the time (each number kept
+  with probability 0.7, at least one), asks for the partner's 20%, is idle talk 20%; a final message lists the
+  writer's own numbers (`mine ...`), takes the numbers its partner stated (`yours ...`) only 30% of the time,
+  then sums what it took, step by step, and boxes the total. 15% of the chats are in the `cut` format (the
+  partner's words are `(no message)`, so there is nothing to take). A chat gives two sequences: copy A's view
+  before its final message (`render_view(tokenizer, view(...))`) followed by that message and `<|end|>`, and the
+  same for copy B. Each view holds the copy's own first message as an assistant part, so one sequence trains
+  both of a copy's messages.
+* **solo problems, 1/3 of the sequences.** A view with every fact and the final instruction, then the solo
+  answer (`mine <all numbers>, so <running sum> \\boxed{total}`): the model can solve a problem whose facts it
+  sees.
+
+The loss is on the assistant message tokens only (each message and its `<|end|>`). So the base has a repertoire,
+not the protocol: it knows how to state its numbers, to ask, to take its partner's numbers and to add them up,
+but it imitates a mixture in which the team is usually wrong (the untrained pair scores about 0.2).
+
+`pretrain(out_dir)` writes a folder that `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained`
+load. `micro_base_path()` gives the cached base, copying the shipped checkpoint (`assets/`) or pretraining it
+once when there is none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from talktosolve.chat import Seat, render_view, view
+from talktosolve.micro import prompts, script, task
+from talktosolve.micro.prompts import micro_chat_config
+from talktosolve.micro.tokenizer import ASSISTANT, BOXED, END, build_tokenizer, load_tokenizer, vocabulary
+
+MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,
+             rms_norm_eps=1e-6, hidden_act="silu")
+CORPUS = dict(problem_seed=7, n_problems=20_000, solo_share=1 / 3, cut_share=0.15,
+              repertoire=dataclasses.asdict(script.Repertoire()))
+TRAIN = dict(steps=1500, batch=64, lr=3e-3, warmup=50, min_lr_ratio=0.05, weight_decay=0.01, grad_clip=1.0,
+             number_init=0.0, result_weight=1.0)
+VERSION = 1
+"""Bump when the corpus or training code changes in a way the settings above do not show."""
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def recipe_key() -> str:
+    """A hash of everything that makes the base: model, corpus, training, vocabulary, prompts, version."""
+    blob = json.dumps({"model": MODEL, "corpus": CORPUS, "train": TRAIN, "vocab": vocabulary(),
+                       "prompts": prompts.MICRO_PROMPTS, "version": VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def model_config(tokenizer, **overrides):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                       eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **{**MODEL, **overrides})
+
+
+def solo_view(facts: list[str], question: str, chat=None) -> list[dict]:
+    """What a copy sees when it holds every fact: the role prompt, the facts and question, the final instruction."""
+    chat = chat or micro_chat_config()
+    p = chat.prompts
+    facts_text = "\n".join(p.fact_bullet + f for f in facts)
+    return [{"role": "system", "content": p.system.format(name="A", partner="B")},
+            {"role": "user", "content": p.task.format(facts=facts_text, question=question) + "\n\n"
+             + p.final.format(partner="B", max_tokens=chat.max_final_tokens)}]
+
+
+# ---- the corpus --------------------------------------------------------------------------------------------------
+
+class Corpus:
+    """Batches of (ids, loss mask) drawn from a seeded generator: the same batches for the same seed."""
+
+    def __init__(self, tokenizer, seed: int = 0):
+        self.tok = tokenizer
+        self.rng = random.Random(f"micro-corpus/{seed}")
+        self.problems = task.make_problems("train", CORPUS["n_problems"], CORPUS["problem_seed"])
+        self.chat = micro_chat_config()
+        self.rep = script.Repertoire(**CORPUS["repertoire"])
+        self.assistant = tokenizer.convert_tokens_to_ids(ASSISTANT)
+        self.end = tokenizer.convert_tokens_to_ids(END)
+
+    def texts(self, n: int) -> list[str]:
+        """`n` training texts (each a view plus the message written after it)."""
+        out: list[str] = []
+        while len(out) < n:
+            p = self.rng.choice(self.problems)
+            if self.rng.random() < CORPUS["solo_share"]:
+                facts = task_facts(p)
+                out.append(render_view(self.tok, solo_view(facts, p.question, self.chat))
+                           + script.solo_answer(facts) + END)
+                continue
+            arm = "cut" if self.rng.random() < CORPUS["cut_share"] else "chat"
+            messages = script.scripted_chat(p.facts_a, p.facts_b, arm, self.rng, self.rep)
+            for name, facts, turn in (("A", p.facts_a, 2), ("B", p.facts_b, 3)):
+                seen = view(Seat(list(facts), p.question), turn, messages[:turn], arm, self.chat)
+                out.append(render_view(self.tok, seen) + messages[turn] + END)
+        return out[:n]
+
+    def batches(self, n: int, group: int = 4):
+        """Endless batches of `n` sequences: ids [n, L] right-padded, loss mask [n, L] (assistant message tokens).
+
+        `group` batches are drawn at once and cut by length, so a batch holds sequences of similar length and
+        little padding (no attention mask is needed: with right padding, causal attention never reads a pad
+        before a real token)."""
+        while True:
+            rows = self.tok(self.texts(n * group), add_special_tokens=False)["input_ids"]
+            rows.sort(key=len)
+            chunks = [rows[i:i + n] for i in range(0, len(rows), n)]
+            self.rng.shuffle(chunks)
+            for chunk in chunks:
+                yield self._tensors(chunk)
+
+    def _tensors(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), self.tok.pad_token_id, dtype=torch.long)
+        loss = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = torch.tensor(row)
+            inside = False
+            for j, t in enumerate(row):
+                if inside:
+                    loss[i, j] = True
+                    inside = t != self.end
+                elif t == self.assistant:
+                    inside = True
+        return ids, loss
+
+
+def task_facts(problem) -> list[str]:
+    """All of a problem's facts in text order (A's and B's interleaved)."""
+    return [f for pair in zip(problem.facts_a, problem.facts_b + [""]) for f in pair if f]
+
+
+# ---- pretraining -------------------------------------------------------------------------------------------------
+
+def _lr(step: int) -> float:
+    t = TRAIN
+    if step < t["warmup"]:
+        return t["lr"] * (step + 1) / t["warmup"]
+    frac = (step - t["warmup"]) / max(1, t["steps"] - t["warmup"])
+    return t["lr"] * (t["min_lr_ratio"] + (1 - t["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def pretrain(out_dir, *, seed: int = 0, steps: int | None = None, progress: bool = True, threads: int = 2,
+             model_overrides: dict | None = None, device: str = "cpu") -> Path:
+    """Pretrain the micro base from scratch on the scripted corpus and save it (model + tokenizer) to `out_dir`.
+
+    Deterministic for a given seed and thread count. `steps` shortens the schedule (tests);
+    `model_overrides` changes the model's shape (tests build a tinier one).
+    """
+    from transformers import Qwen2ForCausalLM
+
+    out_dir = Path(out_dir)
+    steps = TRAIN["steps"] if steps is None else steps
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    try:
+        tok = build_tokenizer()
+        config = model_config(tok, **(model_overrides or {}))
+        model = Qwen2ForCausalLM(config).to(device)
+        if TRAIN["number_init"]:
+            _init_numbers(model, tok, TRAIN["number_init"])
+        model.train()
+        result_ids = torch.tensor(tok.convert_tokens_to_ids(["=", BOXED]), device=device)
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+        rest = [p for n, p in model.named_parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN["weight_decay"]},
+                                 {"params": rest, "weight_decay": 0.0}], lr=TRAIN["lr"], betas=(0.9, 0.95))
+        corpus = Corpus(tok, seed)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=steps, desc="pretraining the micro base", unit="step")
+        start = time.time()
+        ema = None
+        batches = corpus.batches(TRAIN["batch"])
+        for step in range(steps):
+            ids, mask = (t.to(device) for t in next(batches))
+            for group in opt.param_groups:
+                group["lr"] = _lr(step * TRAIN["steps"] // max(steps, 1))
+            logits = model(input_ids=ids).logits[:, :-1]  # [B, L-1, V]
+            target = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
+            per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
+                                                          ignore_index=-100, reduction="none").view_as(target)
+            weight = mask[:, 1:].float()
+            if TRAIN["result_weight"] != 1.0:  # a sum's result: the token after `=` or `\boxed{`
+                weight = weight * torch.where(torch.isin(ids[:, :-1], result_ids), TRAIN["result_weight"], 1.0)
+            loss = (per_token * weight).sum() / weight.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["grad_clip"])
+            opt.step()
+            ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{ema:.3f}")
+        if bar is not None:
+            bar.close()
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.generation_config.pad_token_id = tok.pad_token_id
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model.to("cpu").save_pretrained(out_dir, safe_serialization=True)
+        tok.save_pretrained(out_dir)
+        meta = {"recipe_key": recipe_key(), "seed": seed, "steps": steps, "threads": threads,
+                "seconds": round(time.time() - start, 1), "final_loss": ema,
+                "parameters": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
+        (out_dir / "micro.json").write_text(json.dumps(meta, indent=2))
+        return out_dir
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _init_numbers(model, tok, scale: float) -> None:
+    """Start each number token's embedding with Fourier features of its value (mod 100), so sums are easier to
+    learn: the embedding of n holds cos and sin of 2 pi k n / 100 for k = 1..dim/4 in its first half."""
+    emb = model.get_input_embeddings().weight
+    dim = emb.shape[1] // 2
+    with torch.no_grad():
+        for n in range(task.MAX_NUMBER + 1):
+            i = tok.convert_tokens_to_ids(str(n))
+            k = torch.arange(1, dim // 2 + 1, dtype=torch.float32)
+            angle = 2 * math.pi * k * n / 100
+            emb[i, :dim] = scale * torch.cat([torch.cos(angle), torch.sin(angle)]).to(emb.device)
+
+
+# ---- the cached base ---------------------------------------------------------------------------------------------
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TALKTOSOLVE_CACHE") or Path.home() / ".cache" / "talktosolve")
+
+
+def _is_complete(folder: Path, key: str) -> bool:
+    try:
+        meta = json.loads((folder / "micro.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta.get("recipe_key") == key and (folder / "model.safetensors").exists()
+
+
+def micro_base_path(*, rebuild: bool = False, progress: bool = True) -> Path:
+    """The micro base model's folder: cached, else copied from the shipped checkpoint, else pretrained once.
+
+    The cache is `$TALKTOSOLVE_CACHE` (default `~/.cache/talktosolve`)`/micro-base-<recipe_key()>`; `rebuild`
+    pretrains it again from scratch (a few minutes on 2 CPU cores) instead of using the cache or the shipped copy.
+    """
+    key = recipe_key()
+    target = cache_root() / f"micro-base-{key}"
+    if rebuild and target.exists():
+        shutil.rmtree(target)
+    if _is_complete(target, key):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".micro-base-{key}.", dir=target.parent))
+    try:
+        if not rebuild and _is_complete(ASSETS, key):
+            for f in ASSETS.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, tmp / f.name)
+        else:
+            pretrain(tmp, progress=progress)
+        try:
+            os.replace(tmp, target)  # another process may have finished first: keep its folder
+        except OSError:
+            if not _is_complete(target, key):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_micro_base(path=None, *, dtype=torch.float32):
+    """(model, tokenizer) of the micro base: the model through `AutoModelForCausalLM` like any Hugging Face model,
+    the tokenizer through `tokenizer.load_tokenizer` (see there why not `AutoTokenizer`)."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path) if path else micro_base_path()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return model, load_tokenizer(path)

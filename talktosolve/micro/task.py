@@ -1,0 +1,190 @@
+"""The micro task: procedurally generated split-fact word problems in plain English.
+
+A problem follows one person's stock of one kind of thing:
+
+    Mia has 27 shells. Mia finds 5 shells. Ben takes 9 shells from Mia. Leo gives Mia 4 shells.
+    How many shells does Mia have now?
+
+* fact 1 is the starting amount `S` (16-45); facts 2, 3, 4 (1 to 3 of them) each add or take away `v` (2-15),
+  phrased with one of several verbs (`buys`, `finds`, `X gives Mia`, ... / `loses`, `sells`, `gives ... to X`,
+  `X takes ... from Mia`, ...). Names, objects and templates vary. The losses never add up to more than `S`, so
+  the stock never drops below 0, whatever order the facts are applied in.
+* the gold is `S` plus the signed changes. There are 2, 3 or 4 facts (20%, 40%, 40%).
+
+The problem is produced as TEXT and cut by `talktosolve.split.split_problem`, exactly as a GSM8K problem is:
+copy A gets facts 1 and 3 (so always the start), copy B facts 2 and 4. The gold needs both halves: from one
+half alone, the best answer (the half's own total plus the most likely value of what it does not see, see
+`guess_rate`) is right about 3 times in 100. `make_problems(split, n, seed)` is deterministic, and the train and
+test streams are disjoint: a hash of the text decides its side, so no test text is in any train stream, nor in
+the pretraining corpus (drawn from train streams).
+
+`read_fact` turns a fact sentence back into its signed term; `answer_from_facts` gives the total of any set of
+facts (the gold from all of them); `best_guess_from_half` is the one-half oracle used to measure guessability.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections import Counter
+
+from talktosolve.data import Problem
+from talktosolve.split import split_problem
+
+NAMES = ("Tom", "Ann", "Sam", "Mia", "Ben", "Lily", "Max", "Zoe", "Leo", "Eva", "Dan", "Kim", "Jack", "Emma",
+         "Nick", "Rosa")
+OBJECTS = ("apples", "books", "coins", "cards", "pens", "eggs", "stamps", "shells", "cookies", "marbles",
+           "stickers", "toys", "beads", "rocks", "shirts", "cups")
+
+START = ("{n} has {k} {o}.", "{n} starts with {k} {o}.", "At first, {n} has {k} {o}.", "{n} owns {k} {o}.")
+GAIN = ("{n} buys {k} more {o}.", "{n} finds {k} {o}.", "{f} gives {n} {k} {o}.", "{n} gets {k} {o} from {f}.",
+        "Then {n} wins {k} {o}.", "{n} picks up {k} more {o}.")
+LOSS = ("{n} gives {k} {o} to {f}.", "{n} loses {k} {o}.", "{n} sells {k} {o}.", "Then {n} gives away {k} {o}.",
+        "{f} takes {k} {o} from {n}.", "{n} uses {k} {o}.")
+QUESTION = ("How many {o} does {n} have now?", "How many {o} does {n} have at the end?",
+            "How many {o} does {n} have in the end?")
+
+START_RANGE = (16, 45)
+CHANGE_RANGE = (2, 15)
+N_FACTS = ((2, 0.2), (3, 0.4), (4, 0.4))
+MAX_NUMBER = 99
+"""Every number the task, the chats and their arithmetic can hold lies in 0..MAX_NUMBER (45 + 3 * 15 = 90)."""
+
+SPLITS = {"train": 0, "test": 1}
+
+
+def _pattern(template: str) -> re.Pattern:
+    text = re.escape(template)
+    for key, group in (("{n}", r"(?P<n>[A-Z][a-z]+)"), ("{f}", r"(?P<f>[A-Z][a-z]+)"), ("{k}", r"(?P<k>\d+)"),
+                       ("{o}", r"(?P<o>[a-z]+)")):
+        text = text.replace(re.escape(key), group)
+    return re.compile(text + r"$")
+
+
+_READERS = ([(_pattern(t), 0) for t in START] + [(_pattern(t), 1) for t in GAIN]
+            + [(_pattern(t), -1) for t in LOSS])
+
+
+def read_fact(sentence: str) -> tuple[int, int]:
+    """`(kind, value)` of a fact: kind 0 for the starting amount, +1 for a gain, -1 for a loss."""
+    for pattern, kind in _READERS:
+        m = pattern.match(sentence.strip())
+        if m:
+            return kind, int(m.group("k"))
+    raise ValueError(f"not a micro fact: {sentence!r}")
+
+
+def answer_from_facts(facts: list[str]) -> int:
+    """The total of these facts: the start (0 if absent) plus the gains minus the losses, never below 0.
+
+    Over all of a problem's facts this is the gold; over one half's facts it is what a copy that ignores its
+    partner would answer.
+    """
+    total = 0
+    for kind, value in sorted((read_fact(f) for f in facts), key=lambda kv: kv[0] != 0):
+        total = max(0, total + value if kind >= 0 else total - value)
+    return total
+
+
+def _draw(rng: random.Random) -> tuple[str, int]:
+    """One problem's text and gold."""
+    name, friend = rng.sample(NAMES, 2)
+    obj = rng.choice(OBJECTS)
+    n_facts = rng.choices([n for n, _ in N_FACTS], [w for _, w in N_FACTS])[0]
+    start = rng.randint(*START_RANGE)
+    facts = [rng.choice(START).format(n=name, k=start, o=obj)]
+    total, lost = start, 0
+    for _ in range(n_facts - 1):
+        value = rng.randint(*CHANGE_RANGE)
+        if rng.random() < 0.5 and lost + value <= start:
+            lost += value
+            total -= value
+            facts.append(rng.choice(LOSS).format(n=name, f=friend, k=value, o=obj))
+        else:
+            total += value
+            facts.append(rng.choice(GAIN).format(n=name, f=friend, k=value, o=obj))
+    question = rng.choice(QUESTION).format(n=name, o=obj)
+    return " ".join(facts + [question]), total
+
+
+def _side(text: str) -> str:
+    """Which split a problem text belongs to, by a hash of the text: one text in 8 is a test text."""
+    return "test" if hashlib.sha256(text.encode()).digest()[0] % 8 == 0 else "train"
+
+
+def _stream(split: str, seed: int):
+    """Endless (text, gold) pairs of one split: its own random stream, keeping only the texts of its side, so
+    no test text is ever a train text (of any seed), nor one the pretraining corpus saw."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    rng = random.Random(f"talktosolve-micro/{split}/{seed}")
+    while True:
+        text, gold = _draw(rng)
+        if _side(text) == split:
+            yield text, gold
+
+
+def make_problems(split: str, n: int, seed: int = 0) -> list[Problem]:
+    """`n` problems of `split` (`train` or `test`), the same for the same arguments; ids `micro-<split>-<i>`.
+
+    Each problem is its text cut by `split_problem`; every one is eligible (both halves hold a number). A text
+    appears at most once in a list, and train and test texts never meet (`_side`).
+    """
+    if n < 0:
+        raise ValueError(f"n must be 0 or more, got {n}")
+    out: list[Problem] = []
+    seen: set[str] = set()
+    for text, gold in _stream(split, seed):
+        if len(out) == n:
+            break
+        if text in seen:
+            continue
+        seen.add(text)
+        cut = split_problem(text)
+        if not cut.eligible:  # cannot happen with these templates; fail loudly if they change
+            raise AssertionError(f"micro problem not eligible ({cut.reason}): {text}")
+        out.append(Problem(id=f"micro-{split}-{len(out)}", question=cut.question, facts_a=list(cut.facts_a),
+                           facts_b=list(cut.facts_b), gold=str(gold)))
+    return out
+
+
+def problem_text(problem) -> str:
+    """The problem's text again: facts in their original order, then the question."""
+    facts = [f for pair in zip(problem.facts_a, problem.facts_b + [""]) for f in pair if f]
+    return " ".join(facts + [problem.question])
+
+
+# ---- the one-half oracle ----------------------------------------------------------------------------------------
+
+def _half_key(facts: list[str]) -> tuple[int, bool]:
+    """What a half knows about its own shape: how many facts, and whether it holds the start."""
+    return len(facts), any(read_fact(f)[0] == 0 for f in facts)
+
+
+def _offsets(half: str, seed: int = 12345, n: int = 10_000) -> dict[tuple[int, bool], int]:
+    """For each half shape, the most common `gold - own total` over many problems (the best blind correction)."""
+    counts: dict[tuple[int, bool], Counter] = {}
+    for p in make_problems("train", n, seed):
+        facts = p.facts_a if half == "A" else p.facts_b
+        own = sum(v if k >= 0 else -v for k, v in map(read_fact, facts))
+        counts.setdefault(_half_key(facts), Counter())[int(p.gold) - own] += 1
+    return {key: c.most_common(1)[0][0] for key, c in counts.items()}
+
+
+_OFFSET_CACHE: dict[str, dict] = {}
+
+
+def best_guess_from_half(facts: list[str], half: str) -> int:
+    """The best answer from one half alone (`half` is `A` or `B`): its own signed total plus the most likely
+    value of the part it does not see, learnt from many problems of the same shape."""
+    if half not in _OFFSET_CACHE:
+        _OFFSET_CACHE[half] = _offsets(half)
+    own = sum(v if k >= 0 else -v for k, v in map(read_fact, facts))
+    return max(0, own + _OFFSET_CACHE[half].get(_half_key(facts), 0))
+
+
+def guess_rate(problems: list, half: str) -> float:
+    """Share of `problems` whose gold `best_guess_from_half` gets right from `half`'s facts alone."""
+    hits = sum(best_guess_from_half(p.facts_a if half == "A" else p.facts_b, half) == int(p.gold) for p in problems)
+    return hits / max(len(problems), 1)

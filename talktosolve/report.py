@@ -1,0 +1,590 @@
+"""The human report of a recipe run: `report.md`, `report.html` and PNG plots, all from `results.json`.
+
+`write_report(results, out_dir)` validates `results` (docs/results.md) and writes, each file atomically
+(`talktosolve.store.write_bytes`):
+
+* `plots/learning_curves.png`  team reward per training step, per arm; each seed a light raw line and a smoothed
+  line in the same colour.
+* `plots/accuracy.png`         accuracy with 95% intervals: the base pair in each arm, each trained pair, each arm
+  over all seeds, and cross-play (trained A + base B) per seed.
+* `plots/talk.png`             send, use, use given sent, ask, agree before training (base-chat) and after (each
+  trained pair of each arm), as grouped bars.
+* `plots/cross_play.png`       per arm and seed: base pair vs trained pair vs cross-play, with 95% intervals.
+* `report.md`, `report.html`   headline (the chat-vs-cut delta, its interval, the verdict), the checks (✓/✗,
+  per-seed maps expanded), accuracy, talk before/after, cross-play, run facts, the figures. `report.html` is one
+  self-contained page (inline CSS) that shows the plots from `plots/*.png` next to it.
+
+Every figure is printed to 3 decimals; an undefined one (None) as `–`. The output is deterministic: the same
+results give byte-identical files (no timestamps in the PNGs, no clock read here).
+
+`terminal_summary(results)` is the plain-text table printed at the end of the recipe (standard library only).
+matplotlib is imported only when plots are drawn.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+from typing import Any, Callable
+
+from talktosolve.results import validate_results
+from talktosolve.store import write_bytes, write_text
+
+__all__ = ["write_report", "terminal_summary", "render_markdown", "render_html", "verdict", "PLOTS"]
+
+NONE = "–"
+
+PLOTS = ("learning_curves.png", "accuracy.png", "talk.png", "cross_play.png")
+
+TALK_SHOWN = (("send", "send"), ("use", "use"), ("use_given_sent", "use | sent"), ("ask", "ask"), ("agree", "agree"))
+
+CHECK_TEXT = {
+    "halves_hold_numbers": "every eligible problem's two halves each hold a number",
+    "facts_disjoint_and_complete": "A's and B's facts are disjoint and together are all the facts",
+    "cut_never_sees_partner": "in the cut arm no copy ever sees its partner's words (transcripts)",
+    "interval_excludes_zero": "the 95% interval of the chat-vs-cut delta excludes 0",
+    "chat_beats_base": "the trained chat pair beats the untrained base pair",
+    "cut_near_base": "the trained cut pair stays near the base pair or below",
+    "cross_play_below_pair": "cross-play (trained A + base B) scores below the trained pair",
+}
+
+
+# ------------------------------------------------------------------------------------------------ formatting
+
+def f3(x: float | None) -> str:
+    return NONE if x is None else f"{x:.3f}"
+
+
+def s3(x: float | None) -> str:
+    return NONE if x is None else f"{x:+.3f}"
+
+
+def interval(lo: float | None, hi: float | None, signed: bool = False) -> str:
+    if lo is None or hi is None:
+        return NONE
+    fmt = s3 if signed else f3
+    return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def mark(value: bool | None) -> str:
+    return NONE if value is None else ("✓" if value else "✗")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return NONE
+    total = int(round(seconds))
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    return f"{seconds:.3f} s ({h}:{m:02d}:{s:02d})"
+
+
+def verdict(results: dict) -> str:
+    """One sentence: does the chat-vs-cut interval exclude 0, and which way."""
+    comp = results.get("comparison")
+    if comp is None:
+        return f"no chat-vs-cut comparison: this run has only the {' and '.join(results['run']['arms'])} arm"
+    if comp["excludes_zero"]:
+        if comp["delta"] > 0:
+            return "the interval excludes 0: the chat arm beats the cut arm, talking helped"
+        return "the interval excludes 0: the cut arm beats the chat arm"
+    return "the interval includes 0: no evidence that talking helped"
+
+
+def _headline(results: dict) -> str:
+    comp = results.get("comparison")
+    if comp is None:
+        return verdict(results)
+    return f"chat − cut = {s3(comp['delta'])} {interval(comp['lo'], comp['hi'], signed=True)} (95% interval)"
+
+
+# -------------------------------------------------------------------------------------------- the contents
+
+def _seeds(results: dict) -> list[str]:
+    return [str(s) for s in results["run"]["seeds"]]
+
+
+def _arms(results: dict) -> list[str]:
+    return list(results["run"]["arms"])
+
+
+def _eval_order(results: dict) -> list[str]:
+    arms, seeds = _arms(results), _seeds(results)
+    names = [f"base-{a}" for a in arms] + [f"{a}-s{s}" for a in arms for s in seeds] \
+        + [f"cross-{a}-s{s}" for a in arms for s in seeds]
+    return [n for n in names if n in results["evals"]]
+
+
+def _describe(name: str) -> str:
+    if name.startswith("base-"):
+        return f"untrained base pair, {name[5:]} arm"
+    if name.startswith("cross-"):
+        arm, seed = name[6:].split("-s")
+        return f"trained A ({arm} arm, seed {seed}) + base B"
+    arm, seed = name.split("-s")
+    return f"trained pair, {arm} arm, seed {seed}"
+
+
+def _sections(results: dict) -> list[tuple]:
+    """The report as a list of blocks: ("h1"|"h2"|"p"|"note", text), ("table", headers, rows), ("img", file, alt)."""
+    run, comp, evals = results["run"], results.get("comparison"), results["evals"]
+    arms, seeds = _arms(results), _seeds(results)
+    out: list[tuple] = [("h1", f"talktosolve report: preset {results['preset']}")]
+    out.append(("p", f"{run['model']} · arms {', '.join(arms)} · seeds {', '.join(seeds)} · {run['steps']} steps"))
+
+    out.append(("h2", "Headline"))
+    out.append(("headline", _headline(results)))
+    out.append(("p", "Verdict: " + verdict(results) + "."))
+    if comp is not None:
+        out.append(("p", f"Paired over the same {comp['n_problems']} held-out problems; {comp['n_seeds_chat']} chat "
+                         f"and {comp['n_seeds_cut']} cut training seeds; method {comp['method']} "
+                         f"(se problems {f3(comp['se_problem'])}, se seeds {f3(comp['se_seed'])}, "
+                         f"df {f3(comp['df'])})."))
+        if comp.get("warning"):
+            out.append(("note", "Warning: " + comp["warning"]))
+
+    out.append(("h2", "Checks"))
+    rows = []
+    for key, value in results["checks"].items():
+        text = CHECK_TEXT.get(key, "")
+        if isinstance(value, dict):
+            if not value:
+                rows.append([key, NONE, NONE, text + " (arm not run)"])
+            for seed, v in value.items():
+                rows.append([key, seed, mark(v), text])
+        else:
+            rows.append([key, "", mark(value), text])
+    out.append(("table", ["check", "seed", "result", "what it means"], rows))
+
+    out.append(("h2", "Accuracy"))
+    out.append(("p", "Mean of the graded answers per problem (both copies, every chat), over the held-out problems; "
+                     "95% intervals over problems (per evaluation) and over problems and seeds (per arm)."))
+    rows = []
+    for name in _eval_order(results):
+        ev = evals[name]
+        rows.append([name, _describe(name), f3(ev["accuracy"]), interval(ev["lo"], ev["hi"]), f3(ev["acc_a"]),
+                     f3(ev["acc_b"]), str(ev["n_problems"])])
+    for arm in arms:
+        a = results["arms"][arm]
+        rows.append([f"{arm} (all seeds)", f"trained pairs, {arm} arm, {len(a['seeds'])} seeds", f3(a["accuracy"]),
+                     interval(a["lo"], a["hi"]), NONE, NONE, ""])
+    out.append(("table", ["evaluation", "who", "accuracy", "95% interval", "A", "B", "problems"], rows))
+
+    out.append(("h2", "Talk before and after training"))
+    out.append(("p", "Shares of a copy's own-only numbers it sent (send) and of its partner's it used in its final "
+                     "answer (use; use | sent: among those sent); ask: its first message asks something; agree: "
+                     "both boxed answers equal. Before = the untrained pair; after = each trained pair."))
+    talk_names = [n for n in ["base-chat", "base-cut"] + [f"{a}-s{s}" for a in arms for s in seeds] if n in evals]
+    rows = []
+    for name in talk_names:
+        t = evals[name]["talk"]
+        stage = "before" if name.startswith("base-") else "after"
+        rows.append([name, stage] + [f3(t.get(k)) for k, _ in TALK_SHOWN]
+                    + [f3(t.get("chars_a")), f3(t.get("chars_b")), f3(evals[name]["tokens_per_message"])])
+    out.append(("table", ["evaluation", "stage"] + [label for _, label in TALK_SHOWN]
+                + ["chars A", "chars B", "tokens / message"], rows))
+
+    out.append(("h2", "Cross-play"))
+    out.append(("p", "Each trained model plays A against the untrained base as B, in its own arm."))
+    rows = []
+    for arm in arms:
+        base = evals.get(f"base-{arm}")
+        for seed in seeds:
+            pair, cross = evals.get(f"{arm}-s{seed}"), evals.get(f"cross-{arm}-s{seed}")
+            if pair is None or cross is None:
+                continue
+            rows.append([arm, seed, f3(base["accuracy"]) if base else NONE, f3(pair["accuracy"]),
+                         f3(cross["accuracy"]), s3(cross["accuracy"] - pair["accuracy"])])
+    out.append(("table", ["arm", "seed", "base pair", "trained pair", "cross-play", "cross − pair"], rows))
+
+    out.append(("h2", "Run"))
+    data = results["data"]
+    versions = ", ".join(f"{k} {v if v is not None else NONE}" for k, v in run["versions"].items())
+    rows = [["preset", results["preset"]], ["model", run["model"]], ["versions", versions],
+            ["arms", ", ".join(arms)], ["seeds", ", ".join(seeds)], ["steps", str(run["steps"])],
+            ["device", run["device"]], ["GPU", run["gpu"] or NONE], ["wall time", _duration(run["wall_seconds"])],
+            ["GPU time", _duration(run["gpu_seconds"])], ["started", run["started"]], ["finished", run["finished"]],
+            ["train problems", str(data["n_train"])], ["test problems", str(data["n_test"])]]
+    if data.get("eligibility"):
+        for split, reasons in data["eligibility"].items():
+            rows.append([f"eligibility ({split})", ", ".join(f"{k}: {v}" for k, v in reasons.items()) or NONE])
+    out.append(("table", ["", ""], rows))
+
+    out.append(("h2", "Figures"))
+    for file, alt in (("learning_curves.png", "Learning curves: team reward per step, per arm and seed"),
+                      ("accuracy.png", "Accuracy with 95% intervals"),
+                      ("talk.png", "Talk metrics before and after training"),
+                      ("cross_play.png", "Cross-play vs trained pair vs base pair")):
+        out.append(("img", f"plots/{file}", alt))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- renderers
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(results: dict) -> str:
+    lines: list[str] = []
+    for block in _sections(results):
+        kind = block[0]
+        if kind == "h1":
+            lines += [f"# {block[1]}", ""]
+        elif kind == "h2":
+            lines += [f"## {block[1]}", ""]
+        elif kind == "headline":
+            lines += [f"**{block[1]}**", ""]
+        elif kind == "p":
+            lines += [block[1], ""]
+        elif kind == "note":
+            lines += [f"> {block[1]}", ""]
+        elif kind == "table":
+            headers, rows = block[1], block[2]
+            lines.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
+            lines.append("|" + "|".join("---" for _ in headers) + "|")
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+            lines.append("")
+        elif kind == "img":
+            lines += [f"![{block[2]}]({block[1]})", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
+       padding: 0 1em; color: #1f2328; line-height: 1.45; }
+h1 { font-size: 1.6em; border-bottom: 1px solid #d0d7de; padding-bottom: .3em; }
+h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #eaeef2; padding-bottom: .2em; }
+.headline { font-size: 1.35em; font-weight: 600; padding: .6em .9em; background: #f6f8fa; border-left: 4px solid #0969da; }
+.note { padding: .5em .9em; background: #fff8c5; border-left: 4px solid #d4a72c; }
+table { border-collapse: collapse; margin: .6em 0 1em; font-size: .92em; }
+th, td { border: 1px solid #d0d7de; padding: .3em .65em; text-align: left; }
+th { background: #f6f8fa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; font-family: ui-monospace, Menlo, Consolas, monospace; }
+td.ok { color: #1a7f37; font-weight: 700; text-align: center; }
+td.bad { color: #cf222e; font-weight: 700; text-align: center; }
+figure { margin: 1em 0 2em; }
+figure img { max-width: 100%; border: 1px solid #eaeef2; }
+figcaption { color: #59636e; font-size: .9em; }
+""".strip()
+
+
+def _td(cell: str) -> str:
+    text = str(cell)
+    cls = ""
+    if text == "✓":
+        cls = ' class="ok"'
+    elif text == "✗":
+        cls = ' class="bad"'
+    elif text and (text[0].isdigit() or text[0] in "+-−[–"):
+        cls = ' class="num"'
+    return f"<td{cls}>{html.escape(text)}</td>"
+
+
+def render_html(results: dict) -> str:
+    sections = _sections(results)
+    title = html.escape(sections[0][1])
+    body: list[str] = []
+    for block in sections:
+        kind = block[0]
+        if kind == "h1":
+            body.append(f"<h1>{html.escape(block[1])}</h1>")
+        elif kind == "h2":
+            body.append(f"<h2>{html.escape(block[1])}</h2>")
+        elif kind == "headline":
+            body.append(f'<p class="headline">{html.escape(block[1])}</p>')
+        elif kind == "p":
+            body.append(f"<p>{html.escape(block[1])}</p>")
+        elif kind == "note":
+            body.append(f'<p class="note">{html.escape(block[1])}</p>')
+        elif kind == "table":
+            headers, rows = block[1], block[2]
+            body.append("<table>")
+            if any(headers):
+                body.append("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>")
+            body += ["<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows]
+            body.append("</table>")
+        elif kind == "img":
+            src, alt = html.escape(block[1], quote=True), html.escape(block[2], quote=True)
+            body.append(f'<figure><img src="{src}" alt="{alt}"><figcaption>{alt}</figcaption></figure>')
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n"
+            f"<style>\n{_CSS}\n</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+# --------------------------------------------------------------------------------------------------- plots
+
+_ARM_COLOR = {"chat": "#1f77b4", "cut": "#ff7f0e"}
+_BASE_COLOR = "#7f7f7f"
+_CROSS_COLOR = "#2ca02c"
+_SEED_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+
+
+def _smooth(values: list[float]) -> list[float]:
+    """Trailing moving average over a window of about a tenth of the run (at least 1 point)."""
+    n = len(values)
+    w = max(1, round(n / 10))
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= w:
+            total -= values[i - w]
+        out.append(total / min(i + 1, w))
+    return out
+
+
+def _shade(color: str, k: int, n: int) -> tuple:
+    """The k-th of n shades of `color`, from darker to lighter."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    t = 0.0 if n <= 1 else 0.55 * k / (n - 1) - 0.15
+    if t < 0:
+        return (r * (1 + t), g * (1 + t), b * (1 + t))
+    return (r + (1 - r) * t, g + (1 - g) * t, b + (1 - b) * t)
+
+
+def _figure(width: float, height: float, ncols: int = 1):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    return fig, axes
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _errbar(ax, x, ev: dict, color, label=None, marker="o") -> None:
+    acc = ev["accuracy"]
+    ax.errorbar([x], [acc], yerr=[[max(0.0, acc - ev["lo"])], [max(0.0, ev["hi"] - acc)]], fmt=marker,
+                color=color, ecolor=color, capsize=4, markersize=7, label=label)
+
+
+def plot_learning_curves(results: dict) -> bytes:
+    from matplotlib.ticker import MaxNLocator
+
+    arms, seeds = _arms(results), _seeds(results)
+    fig, axes = _figure(5.0 * len(arms) + 1.0, 4.2, ncols=len(arms))
+    for ax, arm in zip(axes, arms):
+        drawn = False
+        for k, seed in enumerate(seeds):
+            points = sorted(results["curves"].get(f"{arm}-s{seed}", []), key=lambda p: p["step"])
+            if not points:
+                continue
+            steps = [p["step"] for p in points]
+            reward = [p["reward"] for p in points]
+            color = _SEED_COLORS[k % len(_SEED_COLORS)]
+            ax.plot(steps, reward, color=color, alpha=0.25, linewidth=1.0)
+            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, label=f"seed {seed}")
+            drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.legend(loc="upper left", fontsize=8)
+        ax.set_title(f"{arm} arm")
+        ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("team reward (light: per step, bold: smoothed)")
+    return _png(fig)
+
+
+def plot_accuracy(results: dict) -> bytes:
+    evals, arms, seeds = results["evals"], _arms(results), _seeds(results)
+    fig, (ax,) = _figure(max(6.0, 0.55 * (len(arms) * (2 * len(seeds) + 2)) + 2.5), 4.6)
+    labels: list[str] = []
+    x = 0
+
+    def put(ev: dict, label: str, color, marker="o") -> None:
+        nonlocal x
+        _errbar(ax, x, ev, color, marker=marker)
+        labels.append(label)
+        x += 1
+
+    for arm in arms:
+        if f"base-{arm}" in evals:
+            put(evals[f"base-{arm}"], f"base ({arm})", _BASE_COLOR)
+    for arm in arms:
+        for seed in seeds:
+            if f"{arm}-s{seed}" in evals:
+                put(evals[f"{arm}-s{seed}"], f"{arm}-s{seed}", _ARM_COLOR[arm])
+        put(results["arms"][arm], f"{arm} (all)", _ARM_COLOR[arm], marker="D")
+    for arm in arms:
+        for seed in seeds:
+            if f"cross-{arm}-s{seed}" in evals:
+                put(evals[f"cross-{arm}-s{seed}"], f"cross-{arm}-s{seed}", _CROSS_COLOR, marker="s")
+    ax.set_xticks(range(len(labels)), labels, rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("accuracy (95% interval)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Held-out accuracy")
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def plot_talk(results: dict) -> bytes:
+    evals, arms, seeds = results["evals"], _arms(results), _seeds(results)
+    series: list[tuple[str, Any]] = []
+    if "base-chat" in evals:
+        series.append(("base-chat (before)", _BASE_COLOR))
+    for arm in arms:
+        names = [f"{arm}-s{s}" for s in seeds if f"{arm}-s{s}" in evals]
+        series += [(n, _shade(_ARM_COLOR[arm], k, len(names))) for k, n in enumerate(names)]
+    fig, (ax,) = _figure(max(7.0, 1.0 + 0.3 * len(series) * len(TALK_SHOWN)), 4.4)
+    width = 0.8 / max(1, len(series))
+    for j, (name, color) in enumerate(series):
+        talk = evals[name.split(" ")[0]]["talk"]
+        xs, ys = [], []
+        for i, (key, _) in enumerate(TALK_SHOWN):
+            if talk.get(key) is not None:
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(talk[key])
+        ax.bar(xs, ys, width=width, color=color, label=name, edgecolor="white", linewidth=0.5)
+    ax.set_xticks(range(len(TALK_SHOWN)), [label for _, label in TALK_SHOWN])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share")
+    ax.set_title("Talk before (untrained pair) and after training")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncols=2 if len(series) > 4 else 1, loc="upper right")
+    return _png(fig)
+
+
+def plot_cross_play(results: dict) -> bytes:
+    evals, arms, seeds = results["evals"], _arms(results), _seeds(results)
+    groups = [(arm, seed) for arm in arms for seed in seeds
+              if f"{arm}-s{seed}" in evals and f"cross-{arm}-s{seed}" in evals]
+    fig, (ax,) = _figure(max(6.0, 1.2 * len(groups) + 2.0), 4.4)
+    kinds = (("base pair", lambda a, s: evals.get(f"base-{a}"), _BASE_COLOR),
+             ("trained pair", lambda a, s: evals.get(f"{a}-s{s}"), None),
+             ("cross-play (trained A + base B)", lambda a, s: evals.get(f"cross-{a}-s{s}"), _CROSS_COLOR))
+    width = 0.26
+    for j, (label, get, color) in enumerate(kinds):
+        for i, (arm, seed) in enumerate(groups):
+            ev = get(arm, seed)
+            if ev is None:
+                continue
+            acc = ev["accuracy"]
+            ax.bar(i + (j - 1) * width, acc, width=width, color=color or _ARM_COLOR[arm],
+                   yerr=[[max(0.0, acc - ev["lo"])], [max(0.0, ev["hi"] - acc)]], capsize=3,
+                   error_kw={"elinewidth": 1}, label=label if i == 0 and color else None)
+    ax.set_xticks(range(len(groups)), [f"{a}-s{s}" for a, s in groups])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy (95% interval)")
+    ax.set_title("Cross-play vs trained pair vs base pair")
+    ax.grid(axis="y", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=_BASE_COLOR, label="base pair")]
+    handles += [Patch(color=_ARM_COLOR[a], label=f"trained pair ({a})") for a in arms]
+    handles.append(Patch(color=_CROSS_COLOR, label="cross-play (trained A + base B)"))
+    ax.legend(handles=handles, fontsize=8, loc="upper right")
+    return _png(fig)
+
+
+_PLOTTERS: dict[str, Callable[[dict], bytes]] = {
+    "learning_curves.png": plot_learning_curves,
+    "accuracy.png": plot_accuracy,
+    "talk.png": plot_talk,
+    "cross_play.png": plot_cross_play,
+}
+
+
+def render_plots(results: dict) -> dict[str, bytes]:
+    """Every plot as PNG bytes, keyed by file name (drawn with the Agg canvas and matplotlib's default style)."""
+    import matplotlib
+    import matplotlib.style
+
+    with matplotlib.style.context("default"):
+        return {name: _PLOTTERS[name](results) for name in PLOTS}
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+def write_report(results: dict, out_dir: Path) -> list[Path]:
+    """Validate `results`, then write `plots/*.png`, `report.md` and `report.html` into `out_dir` (atomically,
+    file by file); returns the paths written."""
+    validate_results(results)
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for name, data in render_plots(results).items():
+        path = out_dir / "plots" / name
+        write_bytes(path, data)
+        written.append(path)
+    for name, text in (("report.md", render_markdown(results)), ("report.html", render_html(results))):
+        path = out_dir / name
+        write_text(path, text)
+        written.append(path)
+    return written
+
+
+# ------------------------------------------------------------------------------------------ terminal summary
+
+def _t3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def terminal_summary(results: dict) -> str:
+    """Plain-text summary for the end of the recipe: accuracy per evaluation and arm with 95% intervals, send and
+    use, the chat-vs-cut delta and the verdict, and any failed check. ASCII only; `-` marks an undefined figure."""
+    evals, run = results["evals"], results["run"]
+    rows = []
+    for name in _eval_order(results):
+        ev = evals[name]
+        rows.append([name, _t3(ev["accuracy"]), f"[{_t3(ev['lo'])}, {_t3(ev['hi'])}]",
+                     _t3(ev["talk"].get("send")), _t3(ev["talk"].get("use"))])
+    for arm in _arms(results):
+        a = results["arms"].get(arm)
+        if a is not None:
+            rows.append([f"{arm} (all seeds)", _t3(a["accuracy"]), f"[{_t3(a['lo'])}, {_t3(a['hi'])}]", "", ""])
+    lines = [f"talktosolve: preset {results['preset']}, model {run['model']}, seeds "
+             f"{', '.join(_seeds(results))}, {run['steps']} steps", ""]
+    lines += _table(["evaluation", "accuracy", "95% interval", "send", "use"], rows)
+
+    cross = []
+    for arm in _arms(results):
+        for seed in _seeds(results):
+            pair, cr = evals.get(f"{arm}-s{seed}"), evals.get(f"cross-{arm}-s{seed}")
+            if pair is not None and cr is not None:
+                cross.append([f"{arm}-s{seed}", _t3(pair["accuracy"]), _t3(cr["accuracy"]),
+                              f"{cr['accuracy'] - pair['accuracy']:+.3f}"])
+    if cross:
+        lines += ["", *_table(["trained model", "pair", "cross-play", "cross - pair"], cross)]
+
+    lines.append("")
+    comp = results.get("comparison")
+    if comp is not None:
+        lines.append(f"delta chat - cut: {comp['delta']:+.3f} [{comp['lo']:+.3f}, {comp['hi']:+.3f}] "
+                     f"(95% interval, {comp['n_problems']} problems, {comp['method']})")
+        if comp.get("warning"):
+            lines.append(f"warning: {comp['warning']}")
+    lines.append("verdict: " + verdict(results).replace("−", "-"))
+
+    failed, total = [], 0
+    for key, value in results["checks"].items():
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for seed, v in items:
+            if v is None:
+                continue
+            total += 1
+            if not v:
+                failed.append(key if seed is None else f"{key}[seed {seed}]")
+    lines.append(f"checks: {total - len(failed)}/{total} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    lines.append(f"time: wall {_t3(run['wall_seconds'])} s, GPU {_t3(run['gpu_seconds'])} s")
+    return "\n".join(lines) + "\n"
