@@ -16,7 +16,8 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
 - **Sampling inside the graph.** Gumbel-max over fp32 logits / temperature is an exact sample from
   softmax(logits / T) (no top-k, no top-p), drawn from the CUDA generator, which graphs advance correctly.
 - **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256;
-  one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths).
+  one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs'
+  KV buffers are views of one pool sized for the largest shape seen.
 
 Prefill (the prompt) runs eagerly through the same layer math. On CUDA each decode layer is also passed through
 `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
@@ -180,6 +181,7 @@ class StaticEngine:
             })
         self.stop = torch.tensor(self.stop_ids, device=self.device)
         self.graphs: dict[tuple[int, int], dict] = {}
+        self.pool: torch.Tensor | None = None
         # torch.compile fuses each decode layer's small element-wise kernels (norms, rotary, SwiGLU), which is
         # what a launch-bound decode step is made of; one compiled layer serves all layers (same shapes).
         self.compiled = self.device.type == "cuda" if compile is None else compile
@@ -230,7 +232,16 @@ class StaticEngine:
     def _buffers(self, B, L):
         kv = (len(self.layers), B, self.n_kv, L, self.head_dim)
         dev, dt = self.device, self.embed.dtype
-        return {"k": torch.zeros(kv, device=dev, dtype=dt), "v": torch.zeros(kv, device=dev, dtype=dt),
+        n = len(self.layers) * B * self.n_kv * L * self.head_dim
+        if self.pool is None or self.pool.shape[1] < n:
+            # Every graph's K/V are views of one pool (calls never overlap), so memory is that of the largest
+            # shape, not the sum over shapes. A larger shape regrows the pool, and the graphs are re-captured.
+            self.graphs.clear()
+            self.pool = None
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+            self.pool = torch.zeros(2, n, device=dev, dtype=dt)
+        return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
                 "valid": torch.zeros(B, L, dtype=torch.bool, device=dev),
                 "tok": torch.zeros(B, dtype=torch.long, device=dev), "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
                 "col": torch.zeros(1, dtype=torch.long, device=dev), "step": torch.zeros(1, dtype=torch.long, device=dev),
@@ -264,8 +275,6 @@ class StaticEngine:
             return self.graphs[key]
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.pop(next(iter(self.graphs)))
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
         s = self._buffers(B, L)
         s["graph"] = None
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
@@ -287,11 +296,18 @@ class StaticEngine:
     # ------------------------------------------------------------------------------------------- public
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> list[list[int]]:
+                 generator: torch.Generator | None = None, *, capacity: int = 0) -> list[list[int]]:
+        """`capacity` (optional) is the least KV length to allocate: callers that want one graph shape pass it."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        from talktosolve.grpo import attention_kernels
+
+        with attention_kernels():
+            return self._generate(prompts, max_new_tokens, generator, capacity)
+
+    def _generate(self, prompts, max_new_tokens, generator, capacity):
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
             if self.device.type == "cuda":
@@ -300,7 +316,7 @@ class StaticEngine:
                 torch.manual_seed(seed)
         self.refresh()
         B, T = len(prompts), max(len(p) for p in prompts)
-        L = -(-(T + max_new_tokens) // BUCKET) * BUCKET
+        L = -(-max(T + max_new_tokens, capacity) // BUCKET) * BUCKET
         s = self._graph(B, L)
         ids, mask = left_pad(prompts, self.pad_id, self.device)  # [B, T]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
