@@ -72,22 +72,25 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     return results
 
 
-def cut_never_sees_partner(chats_files: list[Path]) -> bool:
-    """Transcript check: in every cut-arm chat, no view holds any of the partner's message text."""
-    from talktosolve.chat import NO_MESSAGE, SPEAKERS
+def cut_never_sees_partner(chats_files: list[Path], chat_cfg) -> bool:
+    """Transcript check: no cut-arm view depends on the partner's words.
+
+    For every message of every cut-arm chat, the view stored in the transcript must equal the view rebuilt with
+    each of the partner's messages replaced by junk it cannot contain. Equality means the partner's words were
+    nowhere in what the copy saw (a substring search would be fooled by short messages such as `yes`).
+    """
+    from talktosolve.chat import SPEAKERS, Seat, view
 
     for path in chats_files:
         for chat in read_jsonl(path):
             if chat["arm"] != "cut":
                 continue
-            msgs = chat["messages"]
-            for i, m in enumerate(msgs):
-                seen = "\n".join(part["content"] for part in m["view"])
-                for j in range(i):
-                    partner_text = msgs[j]["text"]
-                    if SPEAKERS[j] != SPEAKERS[i] and partner_text.strip() and partner_text.strip() in seen:
-                        return False
-                if i > 0 and NO_MESSAGE not in seen:
+            msgs = [m["text"] for m in chat["messages"]]
+            seats = {"A": Seat(chat["facts_a"], chat["question"]), "B": Seat(chat["facts_b"], chat["question"])}
+            for i, m in enumerate(chat["messages"]):
+                me = SPEAKERS[i]
+                junk = [t if SPEAKERS[j] == me else f"\x00partner-{j}\x00" for j, t in enumerate(msgs[:i])]
+                if m["view"] != view(seats[me], i, junk, "cut", chat_cfg):
                     return False
     return True
 
@@ -117,7 +120,7 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     checks.pop("n_checked")
     cut_files = [out / "evals" / n / "chats.jsonl" for n in evals if evals[n]["arm"] == "cut"]
     cut_files += [out / "runs" / run_name("cut", s) / "transcripts.jsonl" for s in seeds if "cut" in cfg.arms]
-    checks["cut_never_sees_partner"] = cut_never_sees_partner(cut_files)
+    checks["cut_never_sees_partner"] = cut_never_sees_partner(cut_files, cfg.chat)
     checks["interval_excludes_zero"] = bool(comparison and comparison["excludes_zero"])
     if "chat" in cfg.arms:
         checks["chat_beats_base"] = {str(s): evals[run_name("chat", s)]["accuracy"] > base for s in seeds}

@@ -1,0 +1,76 @@
+"""The whole recipe end to end on a tiny model: schema-valid results.json, report and plots; a rerun skips all."""
+
+import json
+
+import pytest
+
+from talktosolve.cli import main
+from talktosolve.results import validate_results
+
+pytestmark = pytest.mark.slow
+
+
+def recipe(model_dir, out, *extra):
+    args = ["recipe", "--preset", "tiny", "--out", str(out), "--quiet", "--set", f"model.name_or_path={model_dir}"]
+    for s in extra:
+        args += ["--set", s]
+    return main(args)
+
+
+def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "rec"
+    assert recipe(tiny_model_dir, out) == 0
+    printed = capsys.readouterr().out
+    assert "delta chat - cut" in printed and "checks:" in printed
+    results = json.loads((out / "results.json").read_text())
+    validate_results(results)
+    assert set(results["evals"]) == {"base-chat", "base-cut", "chat-s0", "chat-s1", "cut-s0", "cut-s1",
+                                     "cross-chat-s0", "cross-chat-s1", "cross-cut-s0", "cross-cut-s1"}
+    checks = results["checks"]
+    assert checks["halves_hold_numbers"] and checks["facts_disjoint_and_complete"]
+    assert checks["cut_never_sees_partner"] is True
+    assert set(checks["chat_beats_base"]) == {"0", "1"}
+    for name in ("report.md", "report.html", "plots/learning_curves.png", "plots/accuracy.png", "plots/talk.png",
+                 "plots/cross_play.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "plots/accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert results["comparison"]["delta"] == pytest.approx(
+        results["arms"]["chat"]["accuracy"] - results["arms"]["cut"]["accuracy"])
+    # Rerun: every stage is current under the same config, so nothing is trained or evaluated again.
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.suffix in (".jsonl", ".safetensors")
+              or p.name == "summary.json"}
+    assert recipe(tiny_model_dir, out) == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    again = json.loads((out / "results.json").read_text())
+    assert again["evals"] == results["evals"] and again["comparison"] == results["comparison"]
+
+
+def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
+    out = tmp_path / "rec"
+    assert recipe(tiny_model_dir, out) == 0
+    train_log = out / "runs" / "chat-s0" / "metrics.jsonl"
+    before = train_log.stat().st_mtime_ns
+    base_eval = out / "evals" / "base-chat" / "summary.json"
+    base_before = json.loads(base_eval.read_text())["key"]
+    # A different evaluation seed: training stays, every evaluation is redone.
+    assert recipe(tiny_model_dir, out, "eval.seed=7") == 0
+    assert train_log.stat().st_mtime_ns == before
+    assert json.loads(base_eval.read_text())["key"] != base_before
+
+
+def test_cut_transcript_check_catches_a_leak(tiny_model_dir, tmp_path):
+    from talktosolve.config import make_config
+    from talktosolve.recipe import cut_never_sees_partner
+    from talktosolve.store import read_jsonl, write_text
+
+    out = tmp_path / "rec"
+    assert recipe(tiny_model_dir, out) == 0
+    path = out / "evals" / "base-cut" / "chats.jsonl"
+    cfg = make_config("tiny")
+    assert cut_never_sees_partner([path], cfg.chat)
+    chats = read_jsonl(path)
+    # Show B, in its final view, A's first message: the check must notice.
+    leak = chats[0]["messages"][3]["view"]
+    leak[-1]["content"] = leak[-1]["content"].replace("(no message)", chats[0]["messages"][2]["text"] or "x", 1)
+    write_text(path, "".join(json.dumps(c) + "\n" for c in chats))
+    assert not cut_never_sees_partner([path], cfg.chat)
