@@ -51,7 +51,10 @@ def cmd_train(args) -> int:
     out = Path(args.out)
     train_set, _, _ = load_problems(cfg, out / "data")
     train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=_loggers(args, out))
-    print(f"trained {args.arm} seed {args.seed}: {out}/final (metrics in {out}/metrics.jsonl)")
+    from talktosolve.distributed import world
+
+    if world()[0] == 0:
+        print(f"trained {args.arm} seed {args.seed}: {out}/final (metrics in {out}/metrics.jsonl)")
     return 0
 
 

@@ -141,9 +141,16 @@ class NonFiniteLoss(RuntimeError):
 
 
 def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_per_microbatch: int,
-                grad_clip: float, device) -> StepStats:
-    """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches)."""
-    n_tokens = sum(len(s.completion_ids) for s in samples)
+                grad_clip: float, device, n_tokens: int | None = None) -> StepStats:
+    """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches).
+
+    Data-parallel: each rank passes its own samples and the step's global token count `n_tokens`; gradients
+    are summed across ranks before clipping, which gives every rank the single-process gradient.
+    """
+    from talktosolve import distributed
+
+    if n_tokens is None:
+        n_tokens = sum(len(s.completion_ids) for s in samples)
     if n_tokens == 0:
         raise ValueError("no generated tokens in this step: nothing to train on")
     model.train()
@@ -163,6 +170,8 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
         loss.backward()
         total += loss.detach()
     params = [p for p in model.parameters() if p.requires_grad]
+    distributed.sum_gradients(params)
+    total = torch.tensor(distributed.sum_scalar(float(total), device))
     norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
     norm, total = float(norm), float(total)
     if not math.isfinite(total) or not math.isfinite(norm):

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from talktosolve import distributed
 from talktosolve.config import Config, config_key
 from talktosolve.fast_engine import make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
@@ -116,11 +117,17 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
         raise TrainingError(
             f"{run_dir} holds a run of a different config. Use a new --out folder, or delete this one to start over."
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(config_path, {"key": key, "arm": arm, "seed": seed, **cfg.to_dict()})
-
     t = cfg.train
     device = resolve_device(cfg.device)
+    rank, size = distributed.init(device.type)
+    device = distributed.local_device(device)
+    if t.problems_per_step % size:
+        raise TrainingError(f"train.problems_per_step ({t.problems_per_step}) must be a multiple of the "
+                            f"{size} processes, so that every rank plays whole problems.")
+    main = rank == 0
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(config_path, {"key": key, "arm": arm, "seed": seed, **cfg.to_dict()})
     if cfg.cpu_threads and device.type == "cpu":
         torch.set_num_threads(cfg.cpu_threads)
     tokenizer = load_tokenizer(cfg.model)
@@ -140,21 +147,22 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
         schedule.last_epoch = start - 1
         for group in optimizer.param_groups:
             group["lr"] = t.lr * schedule.lr_lambdas[0](start - 1) if t.warmup_steps else t.lr
-    for log in ("metrics.jsonl", "transcripts.jsonl"):
-        truncate_jsonl(run_dir / log, lambda row: row.get("step", -1) < start)
+    if main:
+        for log in ("metrics.jsonl", "transcripts.jsonl"):
+            truncate_jsonl(run_dir / log, lambda row: row.get("step", -1) < start)
 
     engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
                          temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
                          kind=cfg.chat.engine)
     player = Player(engine, tokenizer, "policy")
-    bar = tqdm(total=t.steps, initial=start, desc=f"train {arm} seed {seed}", disable=not progress,
+    bar = tqdm(total=t.steps, initial=start, desc=f"train {arm} seed {seed}", disable=not (progress and main),
                dynamic_ncols=True)
     for step in range(start, t.steps):
         began = time.perf_counter()
-        batch = step_problems(problems, seed, step, t.problems_per_step)
+        batch = distributed.shard(step_problems(problems, seed, step, t.problems_per_step), rank, size)
         try:
             chats = play_chats(batch, arm, (player, player), cfg.chat, chats_per_problem=t.chats_per_problem,
-                               seed=seed * 100_003 + step)
+                               seed=seed * 100_003 + step + rank * 1_000_000_007)
             sampled = time.perf_counter()
             G = t.chats_per_problem
             adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
@@ -162,7 +170,8 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
             for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
                 c.advantage = a
                 samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns]
-            stats = grpo_update(model, optimizer, samples, pad_id=tokenizer.pad_token_id,
+            n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
+            stats = grpo_update(model, optimizer, samples, pad_id=tokenizer.pad_token_id, n_tokens=n_tokens,
                                 chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device)
             schedule.step()
         except NonFiniteLoss as e:
@@ -180,39 +189,62 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
                 f"(now {t.chats_per_microbatch}), turn on model.gradient_checkpointing, or lower "
                 "train.problems_per_step; rerun the same command to resume from the last checkpoint."
             ) from e
-        row = step_metrics(step, chats, stats, time.perf_counter() - began, sampled - began)
+        transcripts = distributed.gather([{"step": step, **c.transcript()} for c in chats])
+        row = step_metrics(step, transcripts, stats, time.perf_counter() - began, sampled - began)
         if device.type == "cuda":
             row["perf/peak_gpu_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-        append_jsonl(run_dir / "transcripts.jsonl", [{"step": step, **c.transcript()} for c in chats])
-        append_jsonl(run_dir / "metrics.jsonl", [row])
-        for log in loggers:
-            log(row, step)
-        if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
-            _save_checkpoint(run_dir, model, optimizer, step + 1)
+        if main:
+            append_jsonl(run_dir / "transcripts.jsonl", transcripts)
+            append_jsonl(run_dir / "metrics.jsonl", [row])
+            for log in loggers:
+                log(row, step)
+            if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
+                _save_checkpoint(run_dir, model, optimizer, step + 1)
+        distributed.barrier()
         bar.set_postfix(reward=f"{row['train/reward']:.3f}", send=_fmt(row["talk/send"]))
         bar.update(1)
     bar.close()
-    final_tmp = run_dir / ".final.tmp"
-    shutil.rmtree(final_tmp, ignore_errors=True)
-    save_policy(model, final_tmp, cfg.model)
-    shutil.rmtree(run_dir / "final", ignore_errors=True)
-    final_tmp.rename(run_dir / "final")
-    write_json(run_dir / "done.json", {"key": key, "steps": t.steps})
+    checksums = distributed.gather([weights_checksum(model)])
+    if len(set(checksums)) != 1:
+        raise TrainingError(f"ranks ended with different weights ({checksums}); this is a bug, please report it.")
+    if main:
+        final_tmp = run_dir / ".final.tmp"
+        shutil.rmtree(final_tmp, ignore_errors=True)
+        save_policy(model, final_tmp, cfg.model)
+        shutil.rmtree(run_dir / "final", ignore_errors=True)
+        final_tmp.rename(run_dir / "final")
+        write_json(run_dir / "done.json", {"key": key, "steps": t.steps, "ranks": size,
+                                           "weights_checksum": checksums[0]})
+    distributed.barrier()
     return run_dir
+
+
+def weights_checksum(model) -> str:
+    """A hash of the trained weights' bytes: equal on every rank after data-parallel training."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def _fmt(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def step_metrics(step: int, chats: list, stats, seconds: float, sample_seconds: float) -> dict:
-    talk = aggregate_talk([talk_metrics(_facts(c, "A"), _facts(c, "B"), _question(c), c.messages) for c in chats])
+def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_seconds: float) -> dict:
+    """A step's metrics row, from its chats' transcripts (every rank's, when data-parallel)."""
+    talk = aggregate_talk([talk_metrics(c["facts_a"], c["facts_b"], c["question"],
+                                        [m["text"] for m in c["messages"]]) for c in chats])
     n = len(chats)
     return {
         "step": step,
-        "train/reward": sum(c.reward for c in chats) / n,
-        "train/acc_a": sum(c.correct["A"] for c in chats) / n,
-        "train/acc_b": sum(c.correct["B"] for c in chats) / n,
+        "train/reward": sum(c["reward"] for c in chats) / n,
+        "train/acc_a": sum(c["correct"]["A"] for c in chats) / n,
+        "train/acc_b": sum(c["correct"]["B"] for c in chats) / n,
         "talk/send": talk.get("send"),
         "talk/use": talk.get("use"),
         "talk/ask": talk.get("ask"),
@@ -223,10 +255,3 @@ def step_metrics(step: int, chats: list, stats, seconds: float, sample_seconds: 
         "perf/sample_seconds": sample_seconds,
     }
 
-
-def _facts(chat, name: str) -> list[str]:
-    return chat.seats[name].facts
-
-
-def _question(chat) -> str:
-    return chat.seats["A"].question
