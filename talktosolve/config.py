@@ -146,6 +146,9 @@ class Config:
     """Arms of the recipe: `chat` delivers messages, `cut` shows `(no message)` instead."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds of each arm."""
+    parallel_runs: int = 1
+    """Recipe: train this many (arm, seed) runs at once, each in its own process; on a host with several GPUs
+    each process gets its own GPU (run i on GPU i mod count)."""
     device: str = "auto"
     """`auto` (cuda if available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
     cpu_threads: int = 0
@@ -289,6 +292,8 @@ def validate(cfg: Config) -> None:
                         ("chat.max_final_tokens", c.max_final_tokens), ("model.lora_r", cfg.model.lora_r)]:
         if value < 1:
             problems.append(f"{name} is {value}; it must be at least 1.")
+    if cfg.parallel_runs < 1:
+        problems.append(f"parallel_runs is {cfg.parallel_runs}; it must be at least 1.")
     if t.steps < 0:
         problems.append(f"train.steps is {t.steps}; it must be 0 or more.")
     if t.chats_per_problem < 2:

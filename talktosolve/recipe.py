@@ -51,6 +51,8 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
         return evaluate(cfg, test_set, out / "evals" / name, arm=arm, player_a=a, player_b=b,
                         progress=progress, label=f"eval {name}")
 
+    if cfg.parallel_runs > 1:
+        train_in_parallel(cfg, out, progress)
     evals = {f"base-{arm}": ev(f"base-{arm}", arm) for arm in ("chat", "cut")}
     for arm in cfg.arms:
         for seed in cfg.seeds:
@@ -70,6 +72,62 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     write_json(out / "results.json", results)
     write_report(results, out)
     return results
+
+
+def train_in_parallel(cfg: Config, out: Path, progress: bool) -> None:
+    """Train the pending (arm, seed) runs `cfg.parallel_runs` at a time, each a `talktosolve train` process.
+
+    Each process resumes or skips its run exactly as the sequential path would (same config, same folder), so
+    the recipe's own loop then finds every run done. On a multi-GPU host, process i sees only GPU i mod count.
+    """
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from talktosolve.store import write_json
+    from talktosolve.train import is_done
+
+    pending = [(a, s) for a in cfg.arms for s in cfg.seeds if not is_done(out / "runs" / run_name(a, s), cfg, a, s)]
+    if not pending:
+        return
+    config_file = out / "train_config.json"
+    write_json(config_file, cfg.to_dict())
+    gpus = torch.cuda.device_count() if cfg.device in ("auto", "cuda") else 0
+    running: list[tuple[subprocess.Popen, str]] = []
+    failed = []
+
+    def reap(block: bool):
+        for proc, name in list(running):
+            if block or proc.poll() is not None:
+                if proc.wait() != 0:
+                    failed.append(name)
+                running.remove((proc, name))
+                if not block:
+                    return
+
+    for i, (arm, seed) in enumerate(pending):
+        while len(running) >= cfg.parallel_runs:
+            reap(block=False)
+            if len(running) >= cfg.parallel_runs:
+                import time
+
+                time.sleep(0.5)
+        env = dict(os.environ)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
+        else:  # share the cores: oversubscribed OpenMP threads spin and slow every process down
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.parallel_runs))
+        cmd = [sys.executable, "-m", "talktosolve.cli", "train", "--preset", str(config_file), "--arm", arm,
+               "--seed", str(seed), "--out", str(out / "runs" / run_name(arm, seed)), "--quiet"]
+        running.append((subprocess.Popen(cmd, env=env), run_name(arm, seed)))
+    reap(block=True)
+    if failed:
+        from talktosolve.train import TrainingError
+
+        raise TrainingError(f"parallel training failed for {', '.join(failed)}; rerun the recipe to resume them "
+                            "(or set parallel_runs=1 to see the error in this process).")
 
 
 def cut_never_sees_partner(chats_files: list[Path], chat_cfg) -> bool:

@@ -74,3 +74,11 @@ def test_cut_transcript_check_catches_a_leak(tiny_model_dir, tmp_path):
     leak[-1]["content"] = leak[-1]["content"].replace("(no message)", chats[0]["messages"][2]["text"] or "x", 1)
     write_text(path, "".join(json.dumps(c) + "\n" for c in chats))
     assert not cut_never_sees_partner([path], cfg.chat)
+
+
+def test_parallel_runs_train_in_separate_processes(tiny_model_dir, tmp_path):
+    out = tmp_path / "rec"
+    assert recipe(tiny_model_dir, out, "parallel_runs=2", "seeds=0", "train.steps=1") == 0
+    for name in ("chat-s0", "cut-s0"):
+        assert (out / "runs" / name / "done.json").exists()
+    validate_results(json.loads((out / "results.json").read_text()))
