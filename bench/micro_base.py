@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from talktosolve.engine import Engine  # noqa: E402
 from talktosolve.grading import grade_many  # noqa: E402
-from talktosolve.micro.base import TRAIN, load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
+from talktosolve.micro.base import CORPUS, MODEL, TRAIN, load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
 from talktosolve.micro.prompts import micro_chat_config  # noqa: E402
 from talktosolve.micro.task import make_problems  # noqa: E402
 from talktosolve.rollout import Player, play_chats  # noqa: E402
@@ -96,15 +96,20 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu", help="pretrain and measure here (cpu; cuda for quick studies)")
     ap.add_argument("--train", nargs="*", default=[], metavar="KEY=VALUE",
                     help="override a pretraining setting of talktosolve.micro.base.TRAIN (studies)")
+    ap.add_argument("--model", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="override a model setting of talktosolve.micro.base.MODEL (studies)")
+    ap.add_argument("--corpus", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="override a corpus setting of talktosolve.micro.base.CORPUS (studies)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     result: dict = {}
-    for pair in args.train:
-        key, value = pair.split("=", 1)
-        if key not in TRAIN:
-            raise SystemExit(f"--train {pair}: no setting `{key}`; settings: {', '.join(TRAIN)}")
-        TRAIN[key] = type(TRAIN[key])(float(value)) if isinstance(TRAIN[key], (int, float)) else value
-        result.setdefault("train_overrides", {})[key] = TRAIN[key]
+    for flag, table_ in (("train", TRAIN), ("corpus", CORPUS), ("model", MODEL)):
+        for pair in getattr(args, flag):
+            key, value = pair.split("=", 1)
+            if key not in table_ or not isinstance(table_[key], (int, float)):
+                raise SystemExit(f"--{flag} {pair}: no numeric setting `{key}`; settings: {', '.join(table_)}")
+            table_[key] = type(table_[key])(float(value))
+            result.setdefault(f"{flag}_overrides", {})[key] = table_[key]
     if args.load:
         path = Path(args.load)
     else:

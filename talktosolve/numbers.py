@@ -9,7 +9,10 @@ here, so they agree on what a number is.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
+
+# Enough digits for any numeral we accept (MAX_NUMERAL_CHARS), so quantize never overflows the context.
+_CONTEXT = Context(prec=2 * 64 + 8)
 
 # A numeral: digits with optional thousands groups ("1,000,000") or plain digits, then an optional decimal part.
 # A leading "." (".5") counts too. A comma not followed by exactly three digits ends the number ("3,4" is 3 and 4).
@@ -26,13 +29,13 @@ def canonical(numeral: str) -> str | None:
         return None
     try:
         value = Decimal(text)
+        if not value.is_finite():
+            return None
+        if value == value.to_integral_value(context=_CONTEXT):
+            return str(value.quantize(Decimal(1), context=_CONTEXT))
+        return format(value.normalize(context=_CONTEXT), "f")
     except InvalidOperation:
         return None
-    if not value.is_finite():
-        return None
-    if value == value.to_integral_value():
-        return str(value.quantize(Decimal(1)))
-    return format(value.normalize(), "f")
 
 
 def numbers_in(text: str) -> list[str]:

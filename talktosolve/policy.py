@@ -52,7 +52,14 @@ def load_tokenizer(cfg: ModelConfig):
 
     path = model_path(cfg)
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        if _saved_class(path) in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+            # transformers 5 maps any folder whose config says `qwen2` to Qwen2Tokenizer, ignoring the class the
+            # folder names: a plain fast tokenizer (the micro world's word-level one) must be loaded as itself.
+            from transformers import PreTrainedTokenizerFast
+
+            tok = PreTrainedTokenizerFast.from_pretrained(path)
+        else:
+            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError) as e:
         raise ModelError(
             f"Cannot load the tokenizer of `{path}`: {e}\nGive a local model folder or a Hub id you can reach "
@@ -64,6 +71,16 @@ def load_tokenizer(cfg: ModelConfig):
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
+
+
+def _saved_class(path: str) -> str | None:
+    config = Path(path) / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    try:
+        return json.loads(config.read_text()).get("tokenizer_class")
+    except (json.JSONDecodeError, OSError):
+        return None
 
 
 def stop_ids(tokenizer, model) -> list[int]:

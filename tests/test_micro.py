@@ -91,7 +91,7 @@ def test_numbers_are_single_tokens_and_decode_readably(tok):
     text = script.final_message(["27", "- 3"], ["+ 5"])
     ids = tok(text, add_special_tokens=False)["input_ids"]
     decoded = tok.decode(ids, skip_special_tokens=True)
-    assert numbers_in(decoded) == numbers_in(text) == ["27", "3", "5", "27", "3", "24", "5", "29", "29"]
+    assert numbers_in(decoded) == numbers_in(text) == ["27", "3", "24", "5", "29", "29"]
     assert grade_answer(decoded, "29") and not grade_answer(decoded, "24")
     assert tok(decoded, add_special_tokens=False)["input_ids"] == ids  # decode -> encode is the identity
 
@@ -129,6 +129,8 @@ def test_scripted_finals_mark_whose_numbers_and_sum_right():
         assert grade_answer(full, p.gold)
         assert grade_answer(script.solo_answer(task_facts(p)), p.gold)
         assert full.startswith("mine ") and ", yours " in full
+        partner_first = script.final_message(script.terms(p.facts_b), script.terms(p.facts_a))
+        assert grade_answer(partner_first, p.gold) and partner_first.startswith("yours ")
 
 
 def test_corpus_masks_only_assistant_messages(tok):
@@ -154,3 +156,17 @@ def test_tiny_pretrain_writes_a_loadable_folder(tmp_path):
     ids = tok2.apply_chat_template([{"role": "user", "content": "Write to B."}], add_generation_prompt=True,
                                    return_dict=True, return_tensors="pt")["input_ids"]
     assert model2(input_ids=ids).logits.shape[-1] == len(tok2)
+
+
+def test_micro_base_path_uses_the_shipped_checkpoint(tmp_path, monkeypatch):
+    from talktosolve.micro import base
+
+    if not base._is_complete(base.ASSETS, base.recipe_key()):
+        pytest.skip("no shipped micro base checkpoint for this recipe (micro_base_path would pretrain one)")
+    monkeypatch.setenv("TALKTOSOLVE_CACHE", str(tmp_path))
+    path = base.micro_base_path(progress=False)
+    assert path.parent == tmp_path and path.name == f"micro-base-{base.recipe_key()}"
+    assert base.micro_base_path(progress=False) == path  # cached now
+    model, tok = load_micro_base(path)
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000
+    assert sum(f.stat().st_size for f in base.ASSETS.iterdir()) < 5_000_000

@@ -1,32 +1,37 @@
 """The micro base model: a tiny `Qwen2ForCausalLM` the project pretrains itself on scripted chats.
 
-Model (`MODEL`): 4 layers, hidden 128, 4 heads, MLP 384, tied embeddings, the micro tokenizer's ~220 words:
-about 0.9M parameters (3.6 MB in fp32). It goes through transformers exactly as the paper model does.
+Model (`MODEL`): 3 layers, hidden 128, 4 heads, MLP 384, tied embeddings, the micro tokenizer's ~220 words:
+about 0.67M parameters (2.7 MB in fp32). It goes through transformers exactly as the paper model does.
 
 Corpus (`CORPUS`, drawn afresh for every batch from a fixed seed, so pretraining is deterministic). Problems come
 from the micro task's train stream (`task.make_problems("train", ..., seed=CORPUS["problem_seed"])`), which never
 holds a test text. Each batch is a mixture of:
 
-* **scripted chats, 2/3 of the sequences.** A chat's four messages come from `script.scripted_chat` with the
+* **scripted chats, 60% of the sequences.** A chat's four messages come from `script.scripted_chat` with the
   default `script.Repertoire`: a non-final message states the writer's numbers 60% of the time (each number kept
-  with probability 0.7, at least one), asks for the partner's 20%, is idle talk 20%; a final message lists the
-  writer's own numbers (`mine ...`), takes the numbers its partner stated (`yours ...`) only 30% of the time,
-  then sums what it took, step by step, and boxes the total. 15% of the chats are in the `cut` format (the
-  partner's words are `(no message)`, so there is nothing to take). A chat gives two sequences: copy A's view
-  before its final message (`render_view(tokenizer, view(...))`) followed by that message and `<|end|>`, and the
-  same for copy B. Each view holds the copy's own first message as an assistant part, so one sequence trains
-  both of a copy's messages.
-* **solo problems, 1/3 of the sequences.** A view with every fact and the final instruction, then the solo
-  answer (`mine <all numbers>, so <running sum> \\boxed{total}`): the model can solve a problem whose facts it
-  sees.
+  with probability 0.7, at least one), asks for the partner's 20%, is idle talk 20%; a final message sums the
+  writer's own numbers (marked `mine`) and, only 30% of the time, the numbers its partner stated (marked
+  `yours`), step by step, and boxes the total. 15% of the chats are in the `cut` format (the partner's words
+  are `(no message)`, so there is nothing to take). A chat gives two sequences: copy A's view before its final
+  message (`render_view(tokenizer, view(...))`) followed by that message and `<|end|>`, and the same for copy B.
+  Each view holds the copy's own first message as an assistant part, so one sequence trains both of a copy's
+  messages.
+* **solo problems, 40% of the sequences.** A view with every fact and the final instruction (`solo_view`), then
+  the solo answer (`mine 27 - 3 = 24 + 5 = 29 \\boxed{29}`): the model can solve a problem whose facts it sees.
 
-The loss is on the assistant message tokens only (each message and its `<|end|>`). So the base has a repertoire,
-not the protocol: it knows how to state its numbers, to ask, to take its partner's numbers and to add them up,
-but it imitates a mixture in which the team is usually wrong (the untrained pair scores about 0.2).
+The loss is on the assistant message tokens only (each message and its `<|end|>`); a sum's result token (after
+`=` or `\\boxed{`) weighs 3 times as much. So the base has a repertoire, not the protocol: it can state its
+numbers, ask, take its partner's numbers and add them up, but it imitates a mixture in which the team is
+usually wrong (the untrained pair scores 0.1-0.2, the cut arm about 0.01).
 
-`pretrain(out_dir)` writes a folder that `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained`
-load. `micro_base_path()` gives the cached base, copying the shipped checkpoint (`assets/`) or pretraining it
-once when there is none.
+Training (`TRAIN`): AdamW (betas 0.9/0.95, weight decay 0.1), lr 3e-3 with 50 warm-up steps and a cosine decay,
+800 steps of 64 sequences, gradient clip 1. Number tokens start with Fourier features of their value
+(`_init_numbers`), which, with the weight decay and the result weighting, roughly halves the steps the model needs
+to learn its sums. About 3-4 minutes on 2 CPU cores.
+
+`pretrain(out_dir)` writes a folder that `AutoModelForCausalLM.from_pretrained` loads, with the tokenizer saved
+beside it (load that with `tokenizer.load_tokenizer`, not `AutoTokenizer`: see there). `micro_base_path()` gives
+the cached base, copying the shipped checkpoint (`assets/`) or pretraining it once when there is none.
 """
 
 from __future__ import annotations
@@ -49,13 +54,13 @@ from talktosolve.micro import prompts, script, task
 from talktosolve.micro.prompts import micro_chat_config
 from talktosolve.micro.tokenizer import ASSISTANT, BOXED, END, build_tokenizer, load_tokenizer, vocabulary
 
-MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,
              rms_norm_eps=1e-6, hidden_act="silu")
-CORPUS = dict(problem_seed=7, n_problems=20_000, solo_share=1 / 3, cut_share=0.15,
+CORPUS = dict(problem_seed=7, n_problems=20_000, solo_share=0.4, cut_share=0.15,
               repertoire=dataclasses.asdict(script.Repertoire()))
-TRAIN = dict(steps=1500, batch=64, lr=3e-3, warmup=50, min_lr_ratio=0.05, weight_decay=0.01, grad_clip=1.0,
-             number_init=0.0, result_weight=1.0)
+TRAIN = dict(steps=800, batch=64, lr=3e-3, warmup=50, min_lr_ratio=0.05, weight_decay=0.1, grad_clip=1.0,
+             number_init=0.1, result_weight=3.0)
 VERSION = 1
 """Bump when the corpus or training code changes in a way the settings above do not show."""
 
@@ -105,7 +110,8 @@ class Corpus:
         out: list[str] = []
         while len(out) < n:
             p = self.rng.choice(self.problems)
-            if self.rng.random() < CORPUS["solo_share"]:
+            share = CORPUS["solo_share"]  # of sequences; a chat gives two, so draw a solo with 2s / (1 + s)
+            if self.rng.random() < 2 * share / (1 + share):
                 facts = task_facts(p)
                 out.append(render_view(self.tok, solo_view(facts, p.question, self.chat))
                            + script.solo_answer(facts) + END)

@@ -5,9 +5,11 @@ Every number a copy writes is a *term*: its start as `27`, a change as `+ 5` or 
 never counts its own numbers twice:
 
 * a non-final message that states numbers: `my numbers are 27 - 3.` (the writer's own terms only);
-* a final message: `mine 27 - 3, yours + 5, so 27 - 3 = 24 + 5 = 29 \\boxed{29}`: the writer's own terms (all
-  of them), then the partner's terms it takes (if any), then the running sum, start first, one step at a time
-  (a sum that would fall below 0 is written 0), and the box.
+* a final message: `mine 27 - 3 = 24 , yours + 5 = 29 \\boxed{29}`: a running sum, one step at a time, over the
+  writer's own terms (all of them, marked `mine`) and the partner's terms it takes (if any, marked `yours`); the
+  group holding the start goes first (so B writes `yours 27 - 3 = 24 , mine + 5 = 29`). A copy with no start
+  and nothing taken sums from 0, never below 0 (`mine 0 + 5 = 5 - 9 = 0`). A's final thus restates all of A's
+  numbers, marked as A's, for B to read.
 
 The repertoire (`Repertoire`, defaults below) is a spread of behaviours, not the best protocol: a non-final
 message states the writer's numbers with probability `p_state` (each number kept with probability `p_keep`, at
@@ -50,24 +52,31 @@ def terms(facts: list[str]) -> list[str]:
     return out
 
 
-def running_sum(items: list[str]) -> tuple[str, int]:
-    """`("27 - 3 = 24 + 5 = 29", 29)`: the start first (0 when no term is a start), then each change."""
-    starts = [t for t in items if t[0].isdigit()]
-    changes = [t for t in items if not t[0].isdigit()]
-    total = int(starts[0]) if starts else 0
-    parts = [str(total)]
-    for t in starts[1:] + changes:  # a second start cannot happen in the task; counted as a gain if it did
-        sign, value = ("+", int(t)) if t[0].isdigit() else (t[0], int(t[2:]))
-        total = max(0, total + value if sign == "+" else total - value)
-        parts.append(f"{sign} {value} = {total}")
-    return " ".join(parts), total
+def _signed(term: str) -> tuple[str, int]:
+    return ("+", int(term)) if term[0].isdigit() else (term[0], int(term[2:]))
 
 
 def final_message(own: list[str], partner: list[str]) -> str:
-    """A final answer from the writer's own terms and the partner's terms it takes."""
-    text, total = running_sum(own + partner)
-    said = f"mine {' '.join(own)}, " + (f"yours {' '.join(partner)}, " if partner else "")
-    return f"{said}so {text} \\boxed{{{total}}}"
+    """A final answer from the writer's own terms and the partner's terms it takes: a running sum, one step at a
+    time, in two groups marked `mine` and `yours`; the group holding the start goes first (the start first in it;
+    with no start anywhere the sum starts at 0 and never falls below 0), then the box."""
+    groups = [("mine", own)] + ([("yours", partner)] if partner else [])
+    groups.sort(key=lambda g: not any(t[0].isdigit() for t in g[1]))  # stable: `mine` first unless `yours` starts
+    parts, total, first = [], 0, True
+    for label, items in groups:
+        items = sorted(items, key=lambda t: not t[0].isdigit())
+        parts.append(("" if first else ", ") + label)
+        for t in items:
+            if first:
+                total = int(t) if t[0].isdigit() else 0
+                parts.append(str(total))
+                first = False
+                if t[0].isdigit():
+                    continue
+            sign, value = _signed(t)
+            total = max(0, total + value if sign == "+" else total - value)
+            parts.append(f"{sign} {value} = {total}")
+    return f"{' '.join(parts)} \\boxed{{{total}}}"
 
 
 def first_message(own: list[str], partner_name: str, rng: random.Random, rep: Repertoire) -> tuple[str, list[str]]:
@@ -101,4 +110,4 @@ def solo_answer(facts: list[str]) -> str:
 
 def script_texts() -> list[str]:
     """Every fixed phrase the scripts write (for the tokenizer's vocabulary)."""
-    return [*ASK, *IDLE, STATE, "mine yours so + - = \\boxed{}", "A B , . ?"]
+    return [*ASK, *IDLE, STATE, "mine yours + - = \\boxed{}", "A B , . ?"]
