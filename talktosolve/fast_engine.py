@@ -34,17 +34,21 @@ from talktosolve.engine import Engine, left_pad
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256
+"""KV lengths are rounded up to this on CUDA (few graph shapes); on a CPU, where there are no graphs and the
+decode step attends only over the filled columns, to `CPU_BUCKET`."""
+CPU_BUCKET = 32
 MAX_GRAPHS = 6
 
 
 def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto"):
-    """`kind` auto: the fast engine on CUDA for supported architectures, the portable `Engine` elsewhere."""
+    """`kind` auto: the static engine for supported architectures (CUDA graphs on a GPU, the same step run
+    eagerly on a CPU, where it is still faster than transformers' forward), the portable `Engine` otherwise."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     device = next(model.parameters()).device
     supported = getattr(base.config, "model_type", "") in SUPPORTED
     if kind == "fast" and not supported:
         raise ValueError(f"chat.engine=fast supports {SUPPORTED} models, not `{base.config.model_type}`; use auto.")
-    if kind == "fast" or (kind == "auto" and device.type == "cuda" and supported):
+    if kind == "fast" or (kind == "auto" and supported):
         return StaticEngine(model, stop_ids=stop_ids, pad_id=pad_id, temperature=temperature,
                             force_max_length=force_max_length)
     return Engine(model, stop_ids=stop_ids, pad_id=pad_id, temperature=temperature,
@@ -249,14 +253,19 @@ class StaticEngine:
                 "out": torch.zeros(B, L, dtype=torch.long, device=dev),
                 "logp": torch.zeros(B, L, dtype=torch.float32, device=dev)}
 
-    def _decode_step(self, s):
-        """One token for every row, entirely on the device (this is what the graph holds)."""
+    def _decode_step(self, s, upto: int | None = None):
+        """One token for every row, entirely on the device (this is what the graph holds).
+
+        `upto` (eager runs only): attend over the first `upto` cache columns, the filled ones, instead of all L.
+        """
         s["valid"].index_fill_(1, s["col"], True)
         x = F.embedding(s["tok"][:, None], self.embed)  # [B, 1, H]
         cos, sin = self.rotary(x, s["pos"])
-        mask = s["valid"][:, None, None, :]  # [B, 1, 1, L]
+        cols = slice(None, upto)
+        mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
         for i, w in enumerate(self.layers):
-            x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i], s["v"][i], s["col"], mask, **self._dims())
+            x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
+                             s["col"], mask, **self._dims())
         tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
@@ -316,7 +325,8 @@ class StaticEngine:
                 torch.manual_seed(seed)
         self.refresh()
         B, T = len(prompts), max(len(p) for p in prompts)
-        L = -(-max(T + max_new_tokens, capacity) // BUCKET) * BUCKET
+        bucket = BUCKET if self.device.type == "cuda" else CPU_BUCKET
+        L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
         s = self._graph(B, L)
         ids, mask = left_pad(prompts, self.pad_id, self.device)  # [B, T]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -339,9 +349,13 @@ class StaticEngine:
         s["step"].fill_(1)
         made = 1
         while made < max_new_tokens:
-            burst = min(16, max_new_tokens - made)
-            for _ in range(burst):
-                s["graph"].replay() if s["graph"] is not None else self._decode_step(s)
+            # A GPU checks for the end every 16 steps (each check is a device sync); a CPU checks every step.
+            burst = min(16 if s["graph"] is not None else 1, max_new_tokens - made)
+            for i in range(burst):
+                if s["graph"] is not None:
+                    s["graph"].replay()
+                else:  # this step writes column T + made + i - 1 and attends up to it
+                    self._decode_step(s, upto=T + made + i)
             made += burst
             if not self.force_max_length and bool(s["done"].all()):
                 break

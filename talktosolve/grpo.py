@@ -21,6 +21,9 @@ Departures from textbook GRPO (Shao et al. 2024), all from the recipe (SPEC sect
   the whole step's count, gradient accumulation over micro-batches gives exactly the full-batch gradient;
 - the reward is a team reward shared by both copies' messages (multi-agent; the copies share one policy).
 
+A message whose exact tokens begin a later view of the same chat (a copy's first message inside its final
+view) is read from that view's row instead of its own (`to_sequences`): same log-probs, less compute.
+
 Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
 through the output layer in chunks, each chunk recomputed in the backward pass (activation checkpointing), so
 no [tokens x vocabulary] fp32 tensor ever lives for the whole batch.
@@ -60,16 +63,61 @@ def group_advantages(rewards: list[list[float]]) -> list[list[float]]:
 MESSAGES_PER_CHAT = 4
 
 
-def microbatches(samples: list[Sample], chats_per_microbatch: int) -> list[list[Sample]]:
-    """Micro-batches of as many messages as `chats_per_microbatch` chats hold, grouped by length.
+@dataclass
+class Sequence:
+    """One forward pass's row: token ids and the spans of trained tokens in it, each with its advantage."""
 
-    A chat's four messages differ a lot in length (the last view holds the whole chat), so grouping messages of
-    similar length instead of whole chats cuts the padding. The update is the same either way: the loss is a sum
-    over tokens divided by the step's token count, whatever the grouping.
+    ids: list[int]
+    spans: list[tuple[int, int, float]]
+    """(start, end, advantage): tokens ids[start:end] were generated and are trained."""
+
+
+def to_sequences(samples: list[Sample]) -> list[Sequence]:
+    """One row per message, except that a message whose whole text (prompt + completion) begins a later view of
+    the same chat rides inside that view's row instead of getting its own.
+
+    A copy's final view holds its first message as an assistant part, so when the tokenizer reproduces the
+    generated ids exactly (the micro tokenizer does; byte-level BPE templates may not, and then nothing is
+    merged), the learner reads both messages from one forward pass. The log-probs are the same either way
+    (causal attention: a token sees only its prefix); this only saves compute.
+    """
+    rows: list[Sequence] = []
+    by_group: dict[int, list[Sample]] = {}
+    for smp in samples:
+        by_group.setdefault(smp.group, []).append(smp)
+    for group in by_group.values():
+        group = sorted(group, key=lambda x: len(x.prompt_ids) + len(x.completion_ids), reverse=True)
+        mine: list[Sequence] = []
+        for smp in group:
+            full = smp.prompt_ids + smp.completion_ids
+            span = (len(smp.prompt_ids), len(full), smp.advantage)
+            host = next((r for r in mine if len(r.ids) >= len(full) and r.ids[:len(full)] == full), None)
+            if host is not None:
+                host.spans.append(span)
+            else:
+                mine.append(Sequence(full, [span]))
+        for r in mine:
+            r.spans.sort()
+        rows += mine
+    return rows
+
+
+def microbatches(rows: list[Sequence], chats_per_microbatch: int) -> list[list[Sequence]]:
+    """Micro-batches holding as many messages as `chats_per_microbatch` chats do, rows grouped by length.
+
+    A chat's messages differ a lot in length (the last view holds the whole chat), so grouping rows of similar
+    length instead of whole chats cuts the padding. The update is the same either way: the loss is a sum over
+    tokens divided by the step's token count, whatever the grouping.
     """
     size = MESSAGES_PER_CHAT * chats_per_microbatch
-    order = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-    return [order[i:i + size] for i in range(0, len(order), size)]
+    out: list[list[Sequence]] = []
+    batch: list[Sequence] = []
+    for row in sorted(rows, key=lambda r: len(r.ids)):
+        batch.append(row)
+        if sum(len(r.spans) for r in batch) >= size:
+            out.append(batch)
+            batch = []
+    return out + ([batch] if batch else [])
 
 
 PAD_MULTIPLE = 64
@@ -87,20 +135,24 @@ def attention_kernels():
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
-def _pad_right(samples: list[Sample], pad_id: int, device):
-    """ids [B, T], attention mask [B, T], completion mask [B, T] (1 where a token was generated)."""
-    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+def _pad_right(rows: list, pad_id: int, device):
+    """ids [B, T], attention mask [B, T], trained-token mask [B, T], and advantages [n] of the trained tokens
+    in row-major order. `rows` are `Sequence`s (or `Sample`s, one message each)."""
+    rows = [r if isinstance(r, Sequence) else to_sequences([r])[0] for r in rows]
+    width = max(len(r.ids) for r in rows)
     if torch.device(device).type == "cuda":
         width = -(-width // PAD_MULTIPLE) * PAD_MULTIPLE
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(samples), width), dtype=torch.long)
-    comp = torch.zeros((len(samples), width), dtype=torch.bool)
-    for i, s in enumerate(samples):
-        seq = s.prompt_ids + s.completion_ids
-        ids[i, :len(seq)] = torch.tensor(seq)
-        attn[i, :len(seq)] = 1
-        comp[i, len(s.prompt_ids):len(seq)] = True
-    return ids.to(device), attn.to(device), comp.to(device)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    comp = torch.zeros((len(rows), width), dtype=torch.bool)
+    adv = []
+    for i, r in enumerate(rows):
+        ids[i, :len(r.ids)] = torch.tensor(r.ids)
+        attn[i, :len(r.ids)] = 1
+        for start, end, a in r.spans:
+            comp[i, start:end] = True
+            adv += [a] * (end - start)
+    return ids.to(device), attn.to(device), comp.to(device), torch.tensor(adv, dtype=torch.float32).to(device)
 
 
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
@@ -157,13 +209,12 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     optimizer.zero_grad(set_to_none=True)
     device = torch.device(device)
     total = torch.zeros((), device=device)
-    for batch in microbatches(samples, chats_per_microbatch):
-        ids, attn, comp = _pad_right(batch, pad_id, device)
+    for batch in microbatches(to_sequences(samples), chats_per_microbatch):
+        ids, attn, comp, adv = _pad_right(batch, pad_id, device)
         # bf16 autocast on a GPU: the frozen base is bf16 and fp32 adapter weights would otherwise drag every
         # LoRA layer's activations to fp32; the adapter and optimizer state stay fp32.
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"), attention_kernels():
             logp = token_logprobs(model, ids, attn, comp)  # [n]
-        adv = torch.cat([torch.full((len(s.completion_ids),), s.advantage) for s in batch]).to(device)  # [n]
         # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
         ratio = torch.exp(logp - logp.detach())
         loss = -(adv * ratio).sum() / n_tokens

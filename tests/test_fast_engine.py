@@ -74,7 +74,7 @@ def check_logprobs(model, device, atol):
     outs = engine.generate(batch, 10, gen)
     sampler = engine.last_logprobs  # [B, T]
     samples = [Sample(p, o, 0.0, i) for i, (p, o) in enumerate(zip(batch, outs))]
-    ids, attn, comp = _pad_right(samples, 0, device)
+    ids, attn, comp, _ = _pad_right(samples, 0, device)
     with torch.no_grad():
         learner = token_logprobs(model, ids, attn, comp).view(len(batch), 10)
     torch.testing.assert_close(learner.float(), sampler, atol=atol, rtol=0)

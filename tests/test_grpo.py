@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from talktosolve.grpo import Sample, group_advantages, grpo_update, microbatches, token_logprobs
+from talktosolve.grpo import Sample, group_advantages, grpo_update, microbatches, to_sequences, token_logprobs
 
 
 def test_advantage_is_group_centred_without_std_scaling():
@@ -15,11 +15,21 @@ def test_advantage_is_group_centred_without_std_scaling():
 
 def test_microbatches_hold_two_chats_worth_of_messages_grouped_by_length():
     samples = [Sample([1] * (3 * t + g), [2], 0.0, g) for g in range(5) for t in range(4)]
-    batches = microbatches(samples, 2)
-    assert [len(b) for b in batches] == [8, 8, 4]
-    assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in samples)
-    lengths = [len(s.prompt_ids) for b in batches for s in b]
+    batches = microbatches(to_sequences(samples), 2)
+    assert [sum(len(r.spans) for r in b) for b in batches] == [8, 8, 4]
+    lengths = [len(r.ids) for b in batches for r in b]
     assert lengths == sorted(lengths)
+
+
+def test_a_message_inside_a_later_view_shares_its_row():
+    first = Sample([1, 2], [3, 4], 0.5, 0)
+    final = Sample([1, 2, 3, 4, 9], [5, 6], 0.5, 0)  # the final view begins with the first message, exactly
+    other = Sample([1, 2, 7], [8], 0.5, 0)  # not a prefix of anything: its own row
+    elsewhere = Sample([1, 2], [3, 4], -0.5, 1)  # same tokens, another chat: never merged across chats
+    rows = to_sequences([first, final, other, elsewhere])
+    assert len(rows) == 3
+    merged = next(r for r in rows if len(r.spans) == 2)
+    assert merged.ids == [1, 2, 3, 4, 9, 5, 6] and merged.spans == [(2, 4, 0.5), (5, 7, 0.5)]
 
 
 class Toy(torch.nn.Module):
@@ -59,7 +69,7 @@ def test_token_logprobs_match_a_direct_computation():
     samples = [Sample([1, 2, 3], [4, 5], 1.0, 0), Sample([6], [7, 8, 9, 10], -1.0, 0)]
     from talktosolve.grpo import _pad_right
 
-    ids, attn, comp = _pad_right(samples, 0, "cpu")
+    ids, attn, comp, _ = _pad_right(samples, 0, "cpu")
     got = token_logprobs(model, ids, attn, comp, chunk=3)
     want = torch.cat([reference_logprobs(model, s) for s in samples])
     torch.testing.assert_close(got, want)
@@ -69,7 +79,7 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     torch.manual_seed(0)
     model = Toy()
     samples = [Sample([1, 2], [3, 4, 5], 0.5, 0), Sample([2, 1], [6], -0.5, 0), Sample([3], [7, 8], 0.25, 1),
-               Sample([4], [9], -0.25, 1)]
+               Sample([4], [9], -0.25, 1), Sample([1, 2, 3, 4, 5, 6], [10], 0.5, 0)]  # the last holds the first
     n_tok = sum(len(s.completion_ids) for s in samples)
     want = -sum(s.advantage * reference_logprobs(model, s).sum() for s in samples) / n_tok
     want.backward()
@@ -81,4 +91,4 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     # The loss's value is the surrogate at ratio 1: -(1/N) sum_m A_m |y_m| (its gradient is what matters).
     assert stats.loss == pytest.approx(-sum(s.advantage * len(s.completion_ids) for s in samples) / n_tok)
     torch.testing.assert_close(model.head.weight.grad, expected)
-    assert stats.tokens == n_tok and stats.samples == 4
+    assert stats.tokens == n_tok and stats.samples == 5
