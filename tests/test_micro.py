@@ -170,3 +170,14 @@ def test_micro_base_path_uses_the_shipped_checkpoint(tmp_path, monkeypatch):
     model, tok = load_micro_base(path)
     assert sum(p.numel() for p in model.parameters()) < 2_000_000
     assert sum(f.stat().st_size for f in base.ASSETS.iterdir()) < 5_000_000
+
+
+def test_micro_presets_use_the_prompts_the_base_was_pretrained_on():
+    from talktosolve.config import make_config
+    from talktosolve.micro.prompts import MICRO_CHAT
+
+    for preset in ("micro", "tiny"):
+        chat = make_config(preset).chat
+        assert vars(chat.prompts) == MICRO_PROMPTS, f"presets/{preset}.json has stale micro prompts"
+        assert (chat.max_message_tokens, chat.max_final_tokens) == (MICRO_CHAT["max_message_tokens"],
+                                                                    MICRO_CHAT["max_final_tokens"])
