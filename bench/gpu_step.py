@@ -56,7 +56,6 @@ def main():
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from talktosolve.config import make_config
-    from talktosolve.engine import Engine
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.grpo import Sample, grpo_update
     from talktosolve.policy import make_trainable
@@ -74,7 +73,7 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     res["params"] = n_params
     g = torch.Generator().manual_seed(0)
-    prompt_len, B = 300, 32
+    prompt_len = 300
 
     def batch(b, n=prompt_len):
         return [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(b)]

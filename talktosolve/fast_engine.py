@@ -44,7 +44,6 @@ def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=Fa
     """`kind` auto: the static engine for supported architectures (CUDA graphs on a GPU, the same step run
     eagerly on a CPU, where it is still faster than transformers' forward), the portable `Engine` otherwise."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    device = next(model.parameters()).device
     supported = getattr(base.config, "model_type", "") in SUPPORTED
     if kind == "fast" and not supported:
         raise ValueError(f"chat.engine=fast supports {SUPPORTED} models, not `{base.config.model_type}`; use auto.")

@@ -25,7 +25,7 @@ from talktosolve import __version__
 from talktosolve.config import Config
 from talktosolve.evaluate import evaluate
 from talktosolve.stats import mean_ci, paired_delta_report
-from talktosolve.store import read_json, read_jsonl, write_json
+from talktosolve.store import read_jsonl, write_json
 from talktosolve.tasks import load_problems, split_checks
 from talktosolve.train import train
 

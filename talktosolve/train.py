@@ -14,7 +14,6 @@ needs only the weights, the optimizer and the step number to continue exactly as
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import time
