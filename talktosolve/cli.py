@@ -185,13 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # transformers draws a bar for every weight load and save; ours (per run and evaluation) say more.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     from talktosolve.data import DataError
     from talktosolve.policy import ModelError
+    from talktosolve.tracking import TrackingError
     from talktosolve.train import TrainingError
 
     try:
         return args.fn(args)
-    except (ConfigError, DataError, ModelError, TrainingError) as e:
+    except (ConfigError, DataError, ModelError, TrainingError, TrackingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -202,7 +202,7 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         "run": run_facts(cfg, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values()), train_seconds),
         "data": {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test,
                  "eligibility": {k: v["by_reason"] for k, v in eligibility["splits"].items()} if eligibility else None},
-        "evals": {name: eval_entry(e) for name, e in evals.items()},
+        "evals": {name: eval_entry(e, out) for name, e in evals.items()},
         "arms": arms,
         "comparison": comparison,
         "checks": checks,
@@ -210,13 +210,19 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     }
 
 
-def eval_entry(summary: dict) -> dict:
-    """An evaluation's figures for results.json: its summary, with a 95% interval over its problems."""
+def eval_entry(summary: dict, out: Path) -> dict:
+    """An evaluation's figures for results.json: its summary, with a 95% interval over its problems, and its
+    players named relative to the recipe folder (so a moved or copied folder gives the same results)."""
+    import os
+
     import numpy as np
 
     _, lo, hi = mean_ci(np.array([summary["scores"]]))
     entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key")}
     entry.update(lo=lo, hi=hi)
+    for key in ("player_a", "player_b"):
+        if entry[key] != "base":
+            entry[key] = os.path.relpath(entry[key], out)
     return entry
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
+class TrackingError(RuntimeError):
+    """The asked-for tracker is not installed."""
+
+
 def make_logger(kind: str, run_dir: Path):
     """A callable `log(row: dict, step: int)` for `kind` in {tensorboard, wandb}."""
     run_dir = Path(run_dir)
@@ -16,7 +20,7 @@ def make_logger(kind: str, run_dir: Path):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
-            raise RuntimeError("--log tensorboard needs the tensorboard package: pip install tensorboard") from e
+            raise TrackingError("--log tensorboard needs the tensorboard package: pip install tensorboard") from e
         writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
         def log(row: dict, step: int) -> None:
@@ -30,7 +34,7 @@ def make_logger(kind: str, run_dir: Path):
         try:
             import wandb
         except ImportError as e:
-            raise RuntimeError("--log wandb needs the wandb package: pip install wandb") from e
+            raise TrackingError("--log wandb needs the wandb package: pip install wandb") from e
         run = wandb.init(project="talktosolve", name=run_dir.name, dir=str(run_dir), resume="allow",
                          id=run_dir.name)
 

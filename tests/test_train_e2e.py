@@ -88,3 +88,20 @@ def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path):
     # Same folder, more steps: a different config, so it must refuse rather than mix runs.
     assert main(["train", "--preset", "micro", "--arm", "chat", "--out", str(part), "--quiet",
                  "--set", f"model.name_or_path={tiny_model_dir}"] + sum([["--set", s] for s in SETTINGS], [])) == 2
+
+
+def test_metrics_mirror_to_tensorboard(tiny_model_dir, tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "run"
+    args = ["train", "--preset", "micro", "--arm", "chat", "--out", str(out), "--quiet", "--log", "tensorboard",
+            "--set", f"model.name_or_path={tiny_model_dir}"]
+    for s in SETTINGS:
+        args += ["--set", s]
+    assert main(args) == 0
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/reward")] == [0, 1]
