@@ -152,3 +152,13 @@ def test_torn_log_tail_is_repaired(tmp_path):
     assert read_jsonl(log) == [{"step": 0}, {"step": 1}]
     assert truncate_jsonl(log, lambda r: r["step"] < 1) == 1
     assert log.read_text() == '{"step": 0}\n'
+
+
+@pytest.mark.parametrize("text", ["\ud800\\boxed{\udfff}", "\\boxed{7\x00}", "\\boxed{" + "\u202e" * 10_000 + "7}",
+                                  "\\boxed{\ufeff７２}", "\\boxed{1e99999999}", "\\boxed{" + "-" * 100_000 + "1}"])
+def test_invalid_unicode_and_odd_text_never_crash(text):
+    from talktosolve import grade_answer, talk_metrics
+
+    assert grade_answer(text, "72") in (True, False)
+    row = talk_metrics([text, "12 apples"], ["3 more"], "How many?", [text, text, text, text])
+    assert set(row) >= {"send_a", "send_b", "use_a", "use_b", "ask_a", "ask_b", "agree"}
