@@ -264,12 +264,6 @@ def make_config(preset: str | None = None, overrides: dict[str, Any] | None = No
     return cfg
 
 
-def config_from_dict(values: dict[str, Any]) -> Config:
-    cfg = _build(Config, values, "")
-    validate(cfg)
-    return cfg
-
-
 def validate(cfg: Config) -> None:
     """Impossible settings fail here, before any model is loaded."""
     problems = []
@@ -310,12 +304,6 @@ def validate(cfg: Config) -> None:
         problems.append("seeds is empty; give at least one training seed.")
     if problems:
         raise ConfigError("Invalid config:\n  " + "\n  ".join(problems))
-
-
-def save_config(cfg: Config, path: Path) -> None:
-    from talktosolve.store import write_json
-
-    write_json(path, cfg.to_dict())
 
 
 def config_key(values: dict[str, Any]) -> str:

@@ -127,11 +127,6 @@ def make_trainable(model, cfg: ModelConfig):
     return get_peft_model(model, lora)
 
 
-def trainable_state(model) -> dict[str, torch.Tensor]:
-    """The weights training changes (adapter only, or all), as a name -> tensor dict."""
-    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-
-
 def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:
     """The trained weights in a loadable form: a PEFT adapter folder, or full weights as safetensors."""
     out_dir = Path(out_dir)
