@@ -200,8 +200,9 @@ def _sections(results: dict) -> list[tuple]:
     versions = ", ".join(f"{k} {v if v is not None else NONE}" for k, v in run["versions"].items())
     rows = [["preset", results["preset"]], ["model", run["model"]], ["versions", versions],
             ["arms", ", ".join(arms)], ["seeds", ", ".join(seeds)], ["steps", str(run["steps"])],
-            ["device", run["device"]], ["GPU", run["gpu"] or NONE], ["wall time", _duration(run["wall_seconds"])],
-            ["GPU time", _duration(run["gpu_seconds"])], ["started", run["started"]], ["finished", run["finished"]],
+            ["device", run["device"]], ["GPU", run["gpu"] or NONE], ["time of all stages", _duration(run["wall_seconds"])],
+            ["GPU time", _duration(run["gpu_seconds"])], ["last invocation started", run["started"]],
+            ["last invocation finished", run["finished"]],
             ["train problems", str(data["n_train"])], ["test problems", str(data["n_test"])]]
     if data.get("eligibility"):
         for split, reasons in data["eligibility"].items():
@@ -390,5 +391,5 @@ def terminal_summary(results: dict) -> str:
             if not v:
                 failed.append(key if seed is None else f"{key}[seed {seed}]")
     lines.append(f"checks: {total - len(failed)}/{total} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
-    lines.append(f"time: wall {_t3(run['wall_seconds'])} s, GPU {_t3(run['gpu_seconds'])} s")
+    lines.append(f"time of all stages: {_t3(run['wall_seconds'])} s, GPU {_t3(run['gpu_seconds'])} s")
     return "\n".join(lines) + "\n"
