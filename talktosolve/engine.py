@@ -26,6 +26,16 @@ def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator 
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def cut_at_stop(rows: list[list[int]], stop_ids: list[int]) -> list[list[int]]:
+    """Each completion up to and including its first stop id (the whole row when it has none)."""
+    stops = set(stop_ids)
+    out = []
+    for row in rows:
+        end = next((i + 1 for i, tok in enumerate(row) if tok in stops), len(row))
+        out.append(row[:end])
+    return out
+
+
 def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """ids [B, L] and attention mask [B, L], prompts aligned to the right so every row's next token is at L."""
     width = max(len(p) for p in prompts)
@@ -99,18 +109,5 @@ class Engine:
                              **{self._cache_kw: cache})
             logits = out.logits[:, -1]
             next_pos = next_pos + 1
-        return self._cut(torch.stack(steps, dim=1).tolist())  # [B, T] -> ragged
-
-    def _cut(self, rows: list[list[int]]) -> list[list[int]]:
-        """Each completion up to and including its first stop id."""
-        out = []
-        stops = set(self.stop_ids)
-        for row in rows:
-            end = len(row)
-            if not self.force_max_length:
-                for i, tok in enumerate(row):
-                    if tok in stops:
-                        end = i + 1
-                        break
-            out.append(row[:end])
-        return out
+        rows = torch.stack(steps, dim=1).tolist()  # [B, T] -> ragged
+        return rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)

@@ -18,7 +18,7 @@ from talktosolve.fast_engine import make_engine
 from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import read_json, write_json, write_text
-from talktosolve.talk import aggregate_talk, talk_metrics
+from talktosolve.talk import aggregate_talk, chat_talk
 
 import json
 import time
@@ -73,21 +73,22 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
                             seed=e.seed * 1_000_003 + b)
         bar.update(len(batch))
     bar.close()
-    summary = summarize(chats, e.chats_per_problem)
-    summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm, "player_a": player_a or "base", "player_b": player_b or "base"})
-    write_text(out_dir / "chats.jsonl", "".join(json.dumps(c.transcript()) + "\n" for c in chats))
+    transcripts = [c.transcript() for c in chats]
+    summary = summarize(chats, transcripts, e.chats_per_problem)
+    summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm,
+                    "player_a": player_a or "base", "player_b": player_b or "base"})
+    write_text(out_dir / "chats.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
     write_json(out_dir / "summary.json", summary)
     return summary
 
 
-def summarize(chats: list, chats_per_problem: int) -> dict:
+def summarize(chats: list, transcripts: list[dict], chats_per_problem: int) -> dict:
     """Accuracy per problem (mean of its graded answers) and overall, plus aggregated talk metrics."""
     scores, ids = [], []
     for i in range(0, len(chats), chats_per_problem):
         group = chats[i:i + chats_per_problem]
         scores.append(sum(c.correct["A"] + c.correct["B"] for c in group) / (2 * len(group)))
         ids.append(group[0].problem_id)
-    rows = [talk_metrics(c.seats["A"].facts, c.seats["B"].facts, c.seats["A"].question, c.messages) for c in chats]
     n = len(chats)
     return {
         "accuracy": sum(scores) / len(scores),
@@ -97,7 +98,7 @@ def summarize(chats: list, chats_per_problem: int) -> dict:
         "n_chats": n,
         "problem_ids": ids,
         "scores": scores,
-        "talk": aggregate_talk(rows),
+        "talk": aggregate_talk([chat_talk(t) for t in transcripts]),
         "tokens_per_message": sum(len(t.completion_ids) for c in chats for t in c.turns) / (4 * n),
         "truncated_share": sum(t.truncated for c in chats for t in c.turns) / (4 * n),
     }

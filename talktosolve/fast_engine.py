@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve.engine import Engine, left_pad
+from talktosolve.engine import Engine, cut_at_stop, left_pad
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256
@@ -361,7 +361,4 @@ class StaticEngine:
         rows = s["out"][:, :made].tolist()
         if self.record_logprobs:
             self.last_logprobs = s["logp"][:, :made].clone()
-        return self._cut(rows)
-
-    def _cut(self, rows):
-        return Engine._cut(self, rows)
+        return rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)

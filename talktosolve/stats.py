@@ -263,6 +263,16 @@ def _interval(arms, level: float, bounds: tuple[float, float]) -> dict:
 
 # ---------------------------------------------------------------------------------------------- public API
 
+def _paired_arrays(chat, cut) -> tuple[np.ndarray, np.ndarray]:
+    """Both arms as checked [seeds, problems] arrays over the same problems."""
+    chat_arr = _as_scores("chat", chat)
+    cut_arr = _as_scores("cut", cut)
+    if chat_arr.shape[1] != cut_arr.shape[1]:
+        raise ValueError(f"chat and cut must hold the same problems: {chat_arr.shape[1]} vs "
+                         f"{cut_arr.shape[1]} columns")
+    return chat_arr, cut_arr
+
+
 def paired_delta_report(chat, cut, *, seed: int = 0, level: float = 0.95) -> dict:
     """The chat-vs-cut delta, its interval and how it was made.
 
@@ -272,11 +282,7 @@ def paired_delta_report(chat, cut, *, seed: int = 0, level: float = 0.95) -> dic
     """
     del seed  # analytic method; kept for the stable API
     level = _check_level(level)
-    chat_arr = _as_scores("chat", chat)
-    cut_arr = _as_scores("cut", cut)
-    if chat_arr.shape[1] != cut_arr.shape[1]:
-        raise ValueError(f"chat and cut must hold the same problems: {chat_arr.shape[1]} vs "
-                         f"{cut_arr.shape[1]} columns")
+    chat_arr, cut_arr = _paired_arrays(chat, cut)
     r = _interval([(1.0, chat_arr, "chat"), (-1.0, cut_arr, "cut")], level, (-1.0, 1.0))
     out = {"delta": r.pop("estimate")}
     out.update(r)
@@ -314,11 +320,7 @@ def naive_paired_interval(chat, cut, level: float = 0.95) -> tuple[float, float,
     """Per-problem paired t interval that ignores the seeds (for comparison only: it undercovers when seeds
     differ). ``D_p`` = seed-averaged chat minus cut on problem p; ``mean(D) +- t_{P-1} * sd(D)/sqrt(P)``."""
     level = _check_level(level)
-    chat_arr = _as_scores("chat", chat)
-    cut_arr = _as_scores("cut", cut)
-    if chat_arr.shape[1] != cut_arr.shape[1]:
-        raise ValueError(f"chat and cut must hold the same problems: {chat_arr.shape[1]} vs "
-                         f"{cut_arr.shape[1]} columns")
+    chat_arr, cut_arr = _paired_arrays(chat, cut)
     d = chat_arr.mean(axis=0) - cut_arr.mean(axis=0)
     p = d.size
     est = float(d.mean())

@@ -92,6 +92,12 @@ def talk_metrics(facts_a: Sequence[str], facts_b: Sequence[str], question: str, 
     }
 
 
+def chat_talk(transcript: dict) -> dict:
+    """`talk_metrics` of one chat transcript (the records `rollout.Chat.transcript` writes)."""
+    return talk_metrics(transcript["facts_a"], transcript["facts_b"], transcript["question"],
+                        [m["text"] for m in transcript["messages"]])
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 

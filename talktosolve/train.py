@@ -29,7 +29,7 @@ from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_updat
 from talktosolve.policy import load_base, load_tokenizer, make_trainable, resolve_device, save_policy, stop_ids
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
-from talktosolve.talk import aggregate_talk, talk_metrics
+from talktosolve.talk import aggregate_talk, chat_talk
 
 
 class TrainingError(RuntimeError):
@@ -236,8 +236,7 @@ def _fmt(x) -> str:
 
 def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_seconds: float) -> dict:
     """A step's metrics row, from its chats' transcripts (every rank's, when data-parallel)."""
-    talk = aggregate_talk([talk_metrics(c["facts_a"], c["facts_b"], c["question"],
-                                        [m["text"] for m in c["messages"]]) for c in chats])
+    talk = aggregate_talk([chat_talk(c) for c in chats])
     n = len(chats)
     return {
         "step": step,
