@@ -52,7 +52,7 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
                         progress=progress, label=f"eval {name}")
 
     if cfg.parallel_runs > 1:
-        train_in_parallel(cfg, out, progress)
+        train_in_parallel(cfg, out)
     evals = {f"base-{arm}": ev(f"base-{arm}", arm) for arm in ("chat", "cut")}
     for arm in cfg.arms:
         for seed in cfg.seeds:
@@ -74,20 +74,24 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     return results
 
 
-def train_in_parallel(cfg: Config, out: Path, progress: bool) -> None:
+def train_in_parallel(cfg: Config, out: Path) -> None:
     """Train the pending (arm, seed) runs `cfg.parallel_runs` at a time, each a `talktosolve train` process.
 
     Each process resumes or skips its run exactly as the sequential path would (same config, same folder), so
-    the recipe's own loop then finds every run done. On a multi-GPU host, process i sees only GPU i mod count.
+    the recipe's own loop then finds every run done. Each of the `parallel_runs` slots holds one process at a
+    time; on a multi-GPU host slot k sees only GPU k mod count, so concurrent runs never share a GPU when there
+    are enough of them.
     """
     import os
+    import queue
     import subprocess
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
     from talktosolve.store import write_json
-    from talktosolve.train import is_done
+    from talktosolve.train import TrainingError, is_done
 
     pending = [(a, s) for a in cfg.arms for s in cfg.seeds if not is_done(out / "runs" / run_name(a, s), cfg, a, s)]
     if not pending:
@@ -95,37 +99,28 @@ def train_in_parallel(cfg: Config, out: Path, progress: bool) -> None:
     config_file = out / "train_config.json"
     write_json(config_file, cfg.to_dict())
     gpus = torch.cuda.device_count() if cfg.device in ("auto", "cuda") else 0
-    running: list[tuple[subprocess.Popen, str]] = []
-    failed = []
+    slots: queue.Queue = queue.Queue()
+    for k in range(cfg.parallel_runs):
+        slots.put(k)
 
-    def reap(block: bool):
-        for proc, name in list(running):
-            if block or proc.poll() is not None:
-                if proc.wait() != 0:
-                    failed.append(name)
-                running.remove((proc, name))
-                if not block:
-                    return
+    def run(arm: str, seed: int) -> bool:
+        slot = slots.get()
+        try:
+            env = dict(os.environ)
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+            else:  # share the cores: oversubscribed OpenMP threads spin and slow every process down
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.parallel_runs))
+            cmd = [sys.executable, "-m", "talktosolve.cli", "train", "--preset", str(config_file), "--arm", arm,
+                   "--seed", str(seed), "--out", str(out / "runs" / run_name(arm, seed)), "--quiet"]
+            return subprocess.run(cmd, env=env).returncode == 0
+        finally:
+            slots.put(slot)
 
-    for i, (arm, seed) in enumerate(pending):
-        while len(running) >= cfg.parallel_runs:
-            reap(block=False)
-            if len(running) >= cfg.parallel_runs:
-                import time
-
-                time.sleep(0.5)
-        env = dict(os.environ)
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
-        else:  # share the cores: oversubscribed OpenMP threads spin and slow every process down
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.parallel_runs))
-        cmd = [sys.executable, "-m", "talktosolve.cli", "train", "--preset", str(config_file), "--arm", arm,
-               "--seed", str(seed), "--out", str(out / "runs" / run_name(arm, seed)), "--quiet"]
-        running.append((subprocess.Popen(cmd, env=env), run_name(arm, seed)))
-    reap(block=True)
+    with ThreadPoolExecutor(cfg.parallel_runs) as pool:
+        ok = list(pool.map(lambda job: run(*job), pending))
+    failed = [run_name(a, s) for (a, s), good in zip(pending, ok) if not good]
     if failed:
-        from talktosolve.train import TrainingError
-
         raise TrainingError(f"parallel training failed for {', '.join(failed)}; rerun the recipe to resume them "
                             "(or set parallel_runs=1 to see the error in this process).")
 
