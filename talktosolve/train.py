@@ -48,6 +48,11 @@ def is_done(run_dir: Path, cfg: Config, arm: str, seed: int) -> bool:
     return done.exists() and read_json(done).get("key") == config_key(run_config(cfg, arm, seed))
 
 
+def learning_rate(t, step: int) -> float:
+    """train.lr, ramped up linearly over the first train.warmup_steps steps (step 0 uses lr / warmup_steps)."""
+    return t.lr * min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps else t.lr
+
+
 def step_problems(problems: list, seed: int, step: int, n: int) -> list:
     """The problems of step `step`: a stream of seeded permutations (epochs) of the training set."""
     out = []
@@ -136,16 +141,11 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
         model.gradient_checkpointing_enable()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps else 1.0)
 
     start = 0
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
         start = _load_checkpoint(ckpt, model, optimizer)
-        schedule.last_epoch = start - 1
-        for group in optimizer.param_groups:
-            group["lr"] = t.lr * schedule.lr_lambdas[0](start - 1) if t.warmup_steps else t.lr
     if main:
         for log in ("metrics.jsonl", "transcripts.jsonl"):
             truncate_jsonl(run_dir / log, lambda row: row.get("step", -1) < start)
@@ -158,6 +158,8 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
                dynamic_ncols=True)
     for step in range(start, t.steps):
         began = time.perf_counter()
+        for group in optimizer.param_groups:  # a function of the step alone, so a resumed run needs no state
+            group["lr"] = learning_rate(t, step)
         batch = distributed.shard(step_problems(problems, seed, step, t.problems_per_step), rank, size)
         try:
             chats = play_chats(batch, arm, (player, player), cfg.chat, chats_per_problem=t.chats_per_problem,
@@ -172,7 +174,6 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
             n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
             stats = grpo_update(model, optimizer, samples, pad_id=tokenizer.pad_token_id, n_tokens=n_tokens,
                                 chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device)
-            schedule.step()
         except NonFiniteLoss as e:
             bar.close()
             kept = latest_checkpoint(run_dir)

@@ -105,3 +105,12 @@ def test_metrics_mirror_to_tensorboard(tiny_model_dir, tmp_path):
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("train/reward")] == [0, 1]
+
+
+def test_learning_rate_is_a_function_of_the_step():
+    from talktosolve.config import TrainConfig
+    from talktosolve.train import learning_rate
+
+    t = TrainConfig(lr=1e-3, warmup_steps=4)
+    assert [learning_rate(t, s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    assert learning_rate(TrainConfig(lr=1e-3), 0) == 1e-3
