@@ -4,11 +4,14 @@ A random-init model built from the real Qwen2.5-1.5B-Instruct config (bf16, sdpa
 message lengths are forced to their maximum (random text never stops). Measured side by side:
 
   decode/stock_dynamic   transformers `generate`, default dynamic cache, sampling (the baseline)
-  decode/stock_static    `generate` with cache_implementation="static" (auto-compiled; two warm-up calls)
+  decode/stock_static    `generate` with cache_implementation="static" (auto-compiled; both timed calls warmed up twice)
   decode/fast_eager      talktosolve's StaticEngine without torch.compile (CUDA graph decode, Gumbel-max)
   decode/fast            the same with each decode layer compiled (the default on CUDA)
-  learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens
-  step                   the real `train` loop for 2 steps: 8 x 4 chats x 4 turns at 160/160/384/384 tokens
+  learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens,
+                         decoder layers compiled (the default on a GPU), 2 chats per micro-batch (the preset)
+  learn/...              the same eager, with 4 chats per micro-batch, and with gradient checkpointing
+  step                   the real `train` loop for --steps steps (default 5): 8 x 4 chats x 4 turns at
+                         160/160/384/384 tokens; steady state = median of the steps after the first
 
 Prints a table and writes JSON (with date, GPU and library versions). Usage:
   python bench/gpu_step.py --model-dir DIR_WITH_CONFIG_AND_TOKENIZER --gsm8k GSM8K_DIR --out bench.json
@@ -49,6 +52,8 @@ def main():
     ap.add_argument("--gsm8k", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip-static", action="store_true")
+    ap.add_argument("--profile-decode", action="store_true", help="print the CUDA kernels of one decode step")
+    ap.add_argument("--steps", type=int, default=5, help="train-loop steps to time (the first includes compiling)")
     args = ap.parse_args()
 
     import peft
@@ -58,7 +63,7 @@ def main():
     from talktosolve.config import make_config
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.grpo import Sample, grpo_update
-    from talktosolve.policy import make_trainable
+    from talktosolve.policy import compile_layers, make_trainable
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(), "versions": {"python": platform.python_version(),
@@ -92,8 +97,10 @@ def main():
         rows.append(("decode/stock_dynamic", b, ms))
         if not args.skip_static:
             try:
-                gen(8, cache_implementation="static")()
-                gen(8, cache_implementation="static")()
+                # Each cache length is its own compiled graph: warm up both timed calls (twice: the second call
+                # of a new shape is when the compiled graph is first replayed).
+                for n in (1, n_new, 1, n_new):
+                    gen(n, cache_implementation="static")()
                 ms = decode_ms(gen(1, cache_implementation="static"), gen(n_new, cache_implementation="static"), n_new)
                 rows.append(("decode/stock_static", b, ms))
             except Exception as e:  # noqa: BLE001 - record, keep benchmarking
@@ -119,23 +126,61 @@ def main():
     res["decode"] = [{"engine": n, "batch": b, "ms_per_step": ms, "tokens_per_s": b * 1000 / ms} for n, b, ms in rows]
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print("decode:", res["decode"], flush=True)
-    # ---- learning: one GRPO update over 128 messages of ~600 tokens (LoRA r=32, 2 chats per micro-batch)
-    opt = torch.optim.AdamW([p for p in lora_model.parameters() if p.requires_grad], lr=1e-4)
+    # ---- decode: where a step's time goes (one eager step of the compiled layers, under the profiler)
+    if args.profile_decode:
+        from torch.profiler import ProfilerActivity, profile
+
+        eng = StaticEngine(lora_model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True)
+        prompts = batch(32)
+        eng.generate(prompts, 8, torch.Generator(device="cuda").manual_seed(0), capacity=prompt_len + 384)
+        s_ = eng.graphs[next(iter(eng.graphs))]
+        for _ in range(3):
+            eng._decode_step(s_)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            eng._decode_step(s_)
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70)
+        print(table, flush=True)
+        res["decode_profile_top"] = table.splitlines()[:32]
+        del eng
+        torch.cuda.empty_cache()
+    # ---- learning: one GRPO update over 128 messages of ~600 tokens (LoRA r=32), as the preset runs it
+    # (2 chats per micro-batch) and with its options: larger micro-batches, gradient checkpointing.
     lens = torch.randint(450, 650, (128,), generator=g).tolist()
     samples = [Sample(batch(1, n - 150)[0], batch(1, 150)[0], (i % 4 - 1.5) / 4, i // 4) for i, n in enumerate(lens)]
-    torch.cuda.reset_peak_memory_stats()
-    grpo_update(lora_model, opt, samples[:16], pad_id=tok.pad_token_id, chats_per_microbatch=2, grad_clip=1.0,
-                device="cuda")  # warm-up
-    t_learn, _ = cuda_time(lambda: grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id,
-                                               chats_per_microbatch=2, grad_clip=1.0, device="cuda"))
     n_tok = sum(lens)
-    flops = 4 * n_params * n_tok  # forward 2N + input-gradient backward 2N per token (LoRA grads negligible)
-    res["learn"] = {"seconds": t_learn, "tokens": n_tok, "tokens_per_s": n_tok / t_learn,
-                    "tflops": flops / t_learn / 1e12, "share_of_bf16_peak_989": flops / t_learn / 989e12,
-                    "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
-    Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-    print("learn:", res["learn"], flush=True)
-    del lora_model, model, opt
+    res["learn_variants"] = []
+    hf_model = lora_model.get_base_model()
+    variants = [("learn/eager", 2, False, False), ("learn", 2, False, True), ("learn/4_chats_per_microbatch", 4, False, True),
+                ("learn/gradient_checkpointing", 2, True, True), ("learn/gradient_checkpointing_4", 4, True, True)]
+    for name, mb, ckpt, compiled in variants:
+        if compiled and not any(getattr(m, "_compiled_call_impl", None) for m in hf_model.model.layers):
+            compile_layers(lora_model, make_config("paper").model, torch.device("cuda"))
+        if ckpt:
+            hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        opt = torch.optim.AdamW([p for p in lora_model.parameters() if p.requires_grad], lr=1e-4)
+        # warm-up over the same batch: compiles, and meets every shape the timed call will
+        grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id, chats_per_microbatch=mb, grad_clip=1.0,
+                    device="cuda")
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base_gb = torch.cuda.memory_allocated() / 2**30
+        t_learn, _ = cuda_time(lambda: grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id,
+                                                   chats_per_microbatch=mb, grad_clip=1.0, device="cuda"))
+        if ckpt:
+            hf_model.gradient_checkpointing_disable()
+        flops = 4 * n_params * n_tok  # forward 2N + input-gradient backward 2N per token (LoRA grads negligible)
+        row = {"variant": name, "chats_per_microbatch": mb, "gradient_checkpointing": ckpt, "compiled": compiled,
+               "seconds": t_learn,
+               "tokens": n_tok, "tokens_per_s": n_tok / t_learn, "tflops": flops / t_learn / 1e12,
+               "share_of_bf16_peak_989": flops / t_learn / 989e12,
+               "peak_gb": torch.cuda.max_memory_allocated() / 2**30, "resident_before_gb": base_gb}
+        res["learn_variants"].append(row)
+        print(name, {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    res["learn"] = next(r for r in res["learn_variants"] if r["variant"] == "learn")
+    lora_model = model = opt = hf_model = None  # free the GPU for the train loop
     torch.cuda.empty_cache()
     # ---- the real train loop: 2 steps of the paper preset at maximum message lengths
     from talktosolve.tasks import load_problems
@@ -151,14 +196,14 @@ def main():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         cfg = make_config("paper", {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
-                                    "data": {"gsm8k": args.gsm8k}, "train": {"steps": 2}})
+                                    "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}})
         train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
         run = Path(tmp) / "run"
         t0 = time.perf_counter()
         train(cfg, "chat", 0, run, train_set, progress=False)
         wall = time.perf_counter() - t0
         metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
-        res["step"] = {"wall_seconds_2_steps_incl_load": wall,
+        res["step"] = {"wall_seconds_incl_load": wall, "n_steps": args.steps,
                        "steps": [{k: v for k, v in r.items() if k.startswith("perf/")} for r in metrics],
                        "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
     stock = next(r for r in res["decode"] if r["engine"] == "decode/stock_dynamic")
@@ -167,7 +212,10 @@ def main():
     # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
     # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) of
     # 300 problems x 2 chats in batches of 128, at the measured batch-128 decode speed (1088 decode steps each).
-    step_s = res["step"]["steps"][-1]["perf/seconds"]
+    # Steady state: the median of the steps after the first (which captures graphs and compiles).
+    later = sorted(r["perf/seconds"] for r in res["step"]["steps"][1:]) or [res["step"]["steps"][0]["perf/seconds"]]
+    step_s = later[len(later) // 2]
+    res["step"]["steady_seconds"] = step_s
     fast128 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 128)
     eval_s = 14 * -(-600 // 128) * (1088 * fast128["ms_per_step"] / 1000)
     res["projection"] = {"train_gpu_minutes": 6 * 80 * step_s / 60, "eval_gpu_minutes_decode_only": eval_s / 60,
@@ -176,11 +224,13 @@ def main():
     print(f"{'what':<24}{'batch':>6}{'ms/step':>10}{'tok/s':>10}")
     for r in res["decode"]:
         print(f"{r['engine']:<24}{r['batch']:>6}{r['ms_per_step']:>10.2f}{r['tokens_per_s']:>10.0f}")
-    L = res["learn"]
-    print(f"learn: {L['tokens']} tokens in {L['seconds']:.2f} s = {L['tokens_per_s']:.0f} tok/s, "
-          f"{L['tflops']:.0f} TFLOP/s ({100 * L['share_of_bf16_peak_989']:.0f}% of 989), peak {L['peak_gb']:.1f} GB")
+    for L in res["learn_variants"]:
+        print(f"{L['variant']}: {L['tokens']} tokens in {L['seconds']:.2f} s = {L['tokens_per_s']:.0f} tok/s, "
+              f"{L['tflops']:.0f} TFLOP/s ({100 * L['share_of_bf16_peak_989']:.0f}% of 989), "
+              f"peak {L['peak_gb']:.1f} GB")
     for s in res["step"]["steps"]:
         print("step:", {k: round(v, 2) for k, v in s.items()})
+    print(f"steady step: {step_s:.2f} s")
     print(f"decode speed-up at batch 32 vs stock: {res['speedup_decode_b32_vs_stock']:.1f}x")
     print(f"projected paper recipe: {res['projection']['recipe_gpu_minutes']:.1f} GPU-minutes (seed: 567.8)")
 

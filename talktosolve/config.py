@@ -39,6 +39,10 @@ class ModelConfig:
     """Attention kernel passed to transformers (`sdpa`, `eager`, `flash_attention_2`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    compile: str = "auto"
+    """torch.compile each decoder layer for the learner: `auto` (on a GPU, for the models the fast engine
+    samples), `on`, `off`. On a GPU the eager update is bound by Python launching thousands of small kernels;
+    compiled layers fuse them (the first steps pay the compilation)."""
 
 
 @dataclass
@@ -270,6 +274,8 @@ def validate(cfg: Config) -> None:
     t, c = cfg.train, cfg.chat
     if cfg.model.finetune not in ("lora", "full"):
         problems.append(f"model.finetune is `{cfg.model.finetune}`; use `lora` or `full`.")
+    if cfg.model.compile not in ("auto", "on", "off"):
+        problems.append(f"model.compile is `{cfg.model.compile}`; use auto, on or off.")
     if c.engine not in ("auto", "fast", "portable"):
         problems.append(f"chat.engine is `{c.engine}`; use auto, fast or portable.")
     if cfg.data.task not in ("gsm8k", "micro"):

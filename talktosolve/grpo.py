@@ -136,23 +136,25 @@ def attention_kernels():
 
 
 def _pad_right(rows: list, pad_id: int, device):
-    """ids [B, T], attention mask [B, T], trained-token mask [B, T], and advantages [n] of the trained tokens
-    in row-major order. `rows` are `Sequence`s (or `Sample`s, one message each)."""
+    """ids [B, T], trained-token mask [B, T], and advantages [n] of the trained tokens in row-major order.
+    `rows` are `Sequence`s (or `Sample`s, one message each).
+
+    No attention mask: with right padding and causal attention a real token only ever attends to earlier real
+    tokens, and padded positions are never read, so the backbone runs unmasked (flash attention on a GPU
+    instead of the masked memory-efficient kernel, and no [B, 1, T, T] mask to build)."""
     rows = [r if isinstance(r, Sequence) else to_sequences([r])[0] for r in rows]
     width = max(len(r.ids) for r in rows)
     if torch.device(device).type == "cuda":
         width = -(-width // PAD_MULTIPLE) * PAD_MULTIPLE
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
     comp = torch.zeros((len(rows), width), dtype=torch.bool)
     adv = []
     for i, r in enumerate(rows):
         ids[i, :len(r.ids)] = torch.tensor(r.ids)
-        attn[i, :len(r.ids)] = 1
         for start, end, a in r.spans:
             comp[i, start:end] = True
             adv += [a] * (end - start)
-    return ids.to(device), attn.to(device), comp.to(device), torch.tensor(adv, dtype=torch.float32).to(device)
+    return ids.to(device), comp.to(device), torch.tensor(adv, dtype=torch.float32).to(device)
 
 
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
@@ -160,12 +162,14 @@ def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.
     return torch.gather(logits.log_softmax(-1), 1, targets[:, None]).squeeze(1)  # [n]
 
 
-def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, comp: torch.Tensor,
-                   chunk: int = 1024) -> torch.Tensor:
-    """log pi(token) of every generated token, flattened in row-major order: [n_generated]."""
+def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """log pi(token) of every generated token, flattened in row-major order: [n_generated].
+
+    `ids` are right-padded rows (see `_pad_right`: no attention mask is needed)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     backbone, head = base.get_decoder(), base.get_output_embeddings()
-    hidden = backbone(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, T, H]
+    # use_cache=False: a training pass has no use for a KV cache (it would cost memory, and guard compiled layers).
+    hidden = backbone(input_ids=ids, use_cache=False).last_hidden_state  # [B, T, H]
     # The token at position t is predicted from the hidden state at t-1.
     predict = torch.zeros_like(comp)
     predict[:, :-1] = comp[:, 1:]
@@ -178,6 +182,21 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, comp: torch.Ten
         else:
             parts.append(_chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head))
     return torch.cat(parts) if parts else h.new_zeros(0)
+
+
+def _autocast_adapter(model, on: bool):
+    """bf16 autocast on a GPU: the frozen base is bf16 while the adapter and its optimizer state stay fp32.
+
+    peft would cast every LoRA layer's input to the adapter's fp32 (a full copy of each activation, which
+    autocast then casts back to bf16 for the matmul); under autocast that round trip is pure cost, so the
+    cast is switched off for the update."""
+    from contextlib import nullcontext
+
+    if not on or not hasattr(model, "peft_config"):
+        return nullcontext()
+    from peft.helpers import disable_input_dtype_casting
+
+    return disable_input_dtype_casting(model)
 
 
 @dataclass
@@ -209,17 +228,20 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     optimizer.zero_grad(set_to_none=True)
     device = torch.device(device)
     total = torch.zeros((), device=device)
-    for batch in microbatches(to_sequences(samples), chats_per_microbatch):
-        ids, attn, comp, adv = _pad_right(batch, pad_id, device)
-        # bf16 autocast on a GPU: the frozen base is bf16 and fp32 adapter weights would otherwise drag every
-        # LoRA layer's activations to fp32; the adapter and optimizer state stay fp32.
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"), attention_kernels():
-            logp = token_logprobs(model, ids, attn, comp)  # [n]
-        # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
-        ratio = torch.exp(logp - logp.detach())
-        loss = -(adv * ratio).sum() / n_tokens
-        loss.backward()
-        total += loss.detach()
+    gpu = device.type == "cuda"
+    with _autocast_adapter(model, gpu):
+        for batch in microbatches(to_sequences(samples), chats_per_microbatch):
+            ids, comp, adv = _pad_right(batch, pad_id, device)
+            # The backward pass stays inside the kernel choice: gradient checkpointing recomputes attention
+            # there, and must pick the same kernel as the forward pass did.
+            with attention_kernels():
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=gpu):
+                    logp = token_logprobs(model, ids, comp)  # [n]
+                # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
+                ratio = torch.exp(logp - logp.detach())
+                loss = -(adv * ratio).sum() / n_tokens
+                loss.backward()
+            total += loss.detach()
     params = [p for p in model.parameters() if p.requires_grad]
     distributed.sum_gradients(params)
     total = torch.tensor(distributed.sum_scalar(float(total), device))

@@ -127,6 +127,28 @@ def make_trainable(model, cfg: ModelConfig):
     return get_peft_model(model, lora)
 
 
+def compile_layers(model, cfg: ModelConfig, device: torch.device) -> bool:
+    """Compile every decoder layer in place (`nn.Module.compile`: parameter names and checkpoints unchanged).
+
+    The layers share one code object, so one compilation serves them all; shapes are left to torch.compile's
+    automatic dynamism (one recompile once a second sequence length shows up). Returns whether it compiled."""
+    from talktosolve.fast_engine import SUPPORTED
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # `auto` compiles only where the fast engine samples: the portable sampler runs transformers' forward with a
+    # growing KV cache, a new shape every token, which compiled layers would answer with recompilations.
+    if cfg.compile == "off" or (cfg.compile == "auto" and (device.type != "cuda"
+                                                          or getattr(base.config, "model_type", "") not in SUPPORTED)):
+        return False
+    layers = getattr(base.get_decoder(), "layers", None)
+    if layers is None:
+        raise ModelError(f"model.compile={cfg.compile}: `{type(base).__name__}` has no decoder `layers` to compile; "
+                         "set model.compile=off.")
+    for layer in layers:
+        layer.compile()
+    return True
+
+
 def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:
     """The trained weights in a loadable form: a PEFT adapter folder, or full weights as safetensors."""
     out_dir = Path(out_dir)

@@ -70,8 +70,9 @@ class Player:
     name: str = "policy"
 
 
-def _encode(tokenizer, messages: list[dict]) -> list[int]:
-    return tokenizer(render_view(tokenizer, messages), add_special_tokens=False)["input_ids"]
+def _encode(tokenizer, views: list[list[dict]]) -> list[list[int]]:
+    """Token ids of every view, in one batched call (a fast tokenizer encodes a batch on all cores)."""
+    return tokenizer([render_view(tokenizer, v) for v in views], add_special_tokens=False)["input_ids"]
 
 
 def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: ChatConfig, *,
@@ -87,15 +88,16 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
     for turn, speaker in enumerate(SPEAKERS):
         player = by_name[speaker]
         views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
-        prompts = [_encode(player.tokenizer, v) for v in views]
+        prompts = _encode(player.tokenizer, views)
         limit = max_tokens(turn, chat)
         _check_length(player, prompts, limit, turn)
         device = getattr(player.engine, "device", torch.device("cpu"))
         generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
         completions = player.engine.generate(prompts, limit, generator)
         stops = set(player.engine.stop_ids)
-        for c, v, prompt, ids in zip(chats, views, prompts, completions):
-            text = player.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        for c, v, prompt, ids, text in zip(chats, views, prompts, completions, texts):
+            text = text.strip()
             truncated = not ids or ids[-1] not in stops
             c.turns.append(Turn(speaker, prompt, ids, text, v, truncated))
         if progress is not None:

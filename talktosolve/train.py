@@ -26,7 +26,8 @@ from talktosolve import distributed
 from talktosolve.config import Config, config_key
 from talktosolve.fast_engine import make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
-from talktosolve.policy import load_base, load_tokenizer, make_trainable, resolve_device, save_policy, stop_ids
+from talktosolve.policy import (compile_layers, load_base, load_tokenizer, make_trainable, resolve_device, save_policy,
+                                stop_ids)
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
 from talktosolve.talk import aggregate_talk, chat_talk
@@ -137,8 +138,10 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(seed)  # adapter initialisation
     model = make_trainable(load_base(cfg.model, device), cfg.model)
+    compile_layers(model, cfg.model, device)
     if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # Non-reentrant: the frozen embeddings' output needs no grad for the recomputation to backpropagate.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
 
@@ -161,10 +164,16 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
         for group in optimizer.param_groups:  # a function of the step alone, so a resumed run needs no state
             group["lr"] = learning_rate(t, step)
         batch = distributed.shard(step_problems(problems, seed, step, t.problems_per_step), rank, size)
+        gpu = device.type == "cuda"
+        if gpu:
+            torch.cuda.reset_peak_memory_stats(device)
         try:
             chats = play_chats(batch, arm, (player, player), cfg.chat, chats_per_problem=t.chats_per_problem,
                                seed=seed * 100_003 + step + rank * 1_000_000_007)
             sampled = time.perf_counter()
+            if gpu:  # the two phases' peaks apart: they call for different remedies
+                peak_sample = torch.cuda.max_memory_allocated(device) / 2**30
+                torch.cuda.reset_peak_memory_stats(device)
             G = t.chats_per_problem
             adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
             samples = []
@@ -191,8 +200,10 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
             ) from e
         transcripts = distributed.gather([{"step": step, **c.transcript()} for c in chats])
         row = step_metrics(step, transcripts, stats, time.perf_counter() - began, sampled - began)
-        if device.type == "cuda":
-            row["perf/peak_gpu_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        if gpu:
+            peak_learn = torch.cuda.max_memory_allocated(device) / 2**30
+            row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
+                        "perf/peak_learn_gb": peak_learn})
         if main:
             append_jsonl(run_dir / "transcripts.jsonl", transcripts)
             append_jsonl(run_dir / "metrics.jsonl", [row])

@@ -65,6 +65,15 @@ def test_lora_weights_are_merged_exactly_and_refreshed():
     for p, g in zip(batch, got):
         assert g == stock_greedy(model, p, 8)
     assert torch.equal(q_proj.weight, w0), "the base weight is never modified"
+    # A real optimizer step (foreach AdamW, as training runs it) is seen too: the engine skips refreshing only
+    # while no parameter's version counter moved.
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    for p in lora:
+        p.grad = torch.randn_like(p)
+    torch.optim.AdamW(lora, lr=0.05, foreach=True).step()
+    got = engine.generate(batch, 8)
+    for p, g in zip(batch, got):
+        assert g == stock_greedy(model, p, 8)
 
 
 def check_logprobs(model, device, atol):
@@ -74,9 +83,9 @@ def check_logprobs(model, device, atol):
     outs = engine.generate(batch, 10, gen)
     sampler = engine.last_logprobs  # [B, T]
     samples = [Sample(p, o, 0.0, i) for i, (p, o) in enumerate(zip(batch, outs))]
-    ids, attn, comp, _ = _pad_right(samples, 0, device)
+    ids, comp, _ = _pad_right(samples, 0, device)
     with torch.no_grad():
-        learner = token_logprobs(model, ids, attn, comp).view(len(batch), 10)
+        learner = token_logprobs(model, ids, comp).view(len(batch), 10)
     torch.testing.assert_close(learner.float(), sampler, atol=atol, rtol=0)
 
 

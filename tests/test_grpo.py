@@ -44,7 +44,7 @@ class Toy(torch.nn.Module):
         emb = self.emb
 
         class Dec(torch.nn.Module):
-            def forward(self, input_ids, attention_mask):
+            def forward(self, input_ids, use_cache=None):
                 from types import SimpleNamespace
 
                 return SimpleNamespace(last_hidden_state=emb(input_ids).cumsum(1))
@@ -69,8 +69,8 @@ def test_token_logprobs_match_a_direct_computation():
     samples = [Sample([1, 2, 3], [4, 5], 1.0, 0), Sample([6], [7, 8, 9, 10], -1.0, 0)]
     from talktosolve.grpo import _pad_right
 
-    ids, attn, comp, _ = _pad_right(samples, 0, "cpu")
-    got = token_logprobs(model, ids, attn, comp, chunk=3)
+    ids, comp, _ = _pad_right(samples, 0, "cpu")
+    got = token_logprobs(model, ids, comp, chunk=3)
     want = torch.cat([reference_logprobs(model, s) for s in samples])
     torch.testing.assert_close(got, want)
 
@@ -92,3 +92,26 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     assert stats.loss == pytest.approx(-sum(s.advantage * len(s.completion_ids) for s in samples) / n_tok)
     torch.testing.assert_close(model.head.weight.grad, expected)
     assert stats.tokens == n_tok and stats.samples == 5
+
+
+def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
+    """model.compile=on (the GPU default): same log-probs and gradients as eager, same parameter names."""
+    from test_fast_engine import prompts, tiny
+
+    from talktosolve.config import ModelConfig
+    from talktosolve.grpo import _pad_right
+    from talktosolve.policy import compile_layers
+
+    samples = [Sample(p, [5, 6, 7], 0.0, i) for i, p in enumerate(prompts(97, [6, 13, 21]))]
+    ids, comp, _ = _pad_right(samples, 0, "cpu")
+    eager, compiled = tiny(), tiny()
+    names = list(compiled.state_dict())
+    assert compile_layers(compiled, ModelConfig(compile="on"), torch.device("cpu"))
+    assert not compile_layers(tiny(), ModelConfig(compile="auto"), torch.device("cpu")), "auto is GPU-only"
+    want, got = token_logprobs(eager, ids, comp), token_logprobs(compiled, ids, comp)
+    torch.testing.assert_close(got, want)
+    want.sum().backward()
+    got.sum().backward()
+    for (n, a), b in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, msg=n)
+    assert list(compiled.state_dict()) == names, "checkpoints keep their parameter names"
