@@ -10,8 +10,9 @@ message lengths are forced to their maximum (random text never stops). Measured 
   learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens,
                          decoder layers compiled (the default on a GPU), 2 chats per micro-batch (the preset)
   learn/...              the same eager, with 4 chats per micro-batch, and with gradient checkpointing
-  step                   the real `train` loop for --steps steps (default 5): 8 x 4 chats x 4 turns at
-                         160/160/384/384 tokens; steady state = median of the steps after the first
+  steps                  the real `train` loop for --steps steps (default 5): 8 x 4 chats x 4 turns at
+                         160/160/384/384 tokens; steady state = median of the steps after the first; once
+                         per --step-settings entry (micro-batch size, gradient checkpointing)
 
 Prints a table and writes JSON (with date, GPU and library versions). Usage:
   python bench/gpu_step.py --model-dir DIR_WITH_CONFIG_AND_TOKENIZER --gsm8k GSM8K_DIR --out bench.json
@@ -53,6 +54,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip-static", action="store_true")
     ap.add_argument("--profile-decode", action="store_true", help="print the CUDA kernels of one decode step")
+    ap.add_argument("--step-settings", type=lambda x: [(int(a), b == "ckpt") for a, b in
+                                                       (part.split(":") for part in x.split(","))],
+                    default=[(2, False), (8, True)],
+                    help="train-loop settings to time, as MB:ckpt|nockpt pairs (default 2:nockpt,8:ckpt)")
     ap.add_argument("--steps", type=int, default=5, help="train-loop steps to time (the first includes compiling)")
     args = ap.parse_args()
 
@@ -153,7 +158,7 @@ def main():
     res["learn_variants"] = []
     hf_model = lora_model.get_base_model()
     variants = [("learn/eager", 2, False, False), ("learn", 2, False, True), ("learn/4_chats_per_microbatch", 4, False, True),
-                ("learn/gradient_checkpointing", 2, True, True), ("learn/gradient_checkpointing_4", 4, True, True)]
+                ("learn/gradient_checkpointing_4", 4, True, True), ("learn/gradient_checkpointing_8", 8, True, True)]
     for name, mb, ckpt, compiled in variants:
         if compiled and not any(getattr(m, "_compiled_call_impl", None) for m in hf_model.model.layers):
             compile_layers(lora_model, make_config("paper").model, torch.device("cuda"))
@@ -182,10 +187,20 @@ def main():
     res["learn"] = next(r for r in res["learn_variants"] if r["variant"] == "learn")
     lora_model = model = opt = hf_model = None  # free the GPU for the train loop
     torch.cuda.empty_cache()
-    # ---- the real train loop: 2 steps of the paper preset at maximum message lengths
+    # ---- the real train loop at maximum message lengths: the paper preset's memory settings, and the
+    # alternative (gradient checkpointing with larger micro-batches; neither changes the update)
     from talktosolve.tasks import load_problems
     from talktosolve.train import train
 
+    stock = next(r for r in res["decode"] if r["engine"] == "decode/stock_dynamic")
+    fast32 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 32)
+    fast128 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 128)
+    res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
+    # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
+    # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) of
+    # 300 problems x 2 chats in batches of 128, at the measured batch-128 decode speed (1088 decode steps each).
+    eval_s = 14 * -(-600 // 128) * (1088 * fast128["ms_per_step"] / 1000)
+    res["steps"] = []
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
         with torch.device("cuda"):
@@ -193,33 +208,30 @@ def main():
         m.save_pretrained(f"{tmp}/model")
         tok.save_pretrained(f"{tmp}/model")
         del m
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        cfg = make_config("paper", {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
-                                    "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}})
-        train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
-        run = Path(tmp) / "run"
-        t0 = time.perf_counter()
-        train(cfg, "chat", 0, run, train_set, progress=False)
-        wall = time.perf_counter() - t0
-        metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
-        res["step"] = {"wall_seconds_incl_load": wall, "n_steps": args.steps,
-                       "steps": [{k: v for k, v in r.items() if k.startswith("perf/")} for r in metrics],
-                       "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
-    stock = next(r for r in res["decode"] if r["engine"] == "decode/stock_dynamic")
-    fast32 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 32)
-    res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
-    # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
-    # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) of
-    # 300 problems x 2 chats in batches of 128, at the measured batch-128 decode speed (1088 decode steps each).
-    # Steady state: the median of the steps after the first (which captures graphs and compiles).
-    later = sorted(r["perf/seconds"] for r in res["step"]["steps"][1:]) or [res["step"]["steps"][0]["perf/seconds"]]
-    step_s = later[len(later) // 2]
-    res["step"]["steady_seconds"] = step_s
-    fast128 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 128)
-    eval_s = 14 * -(-600 // 128) * (1088 * fast128["ms_per_step"] / 1000)
-    res["projection"] = {"train_gpu_minutes": 6 * 80 * step_s / 60, "eval_gpu_minutes_decode_only": eval_s / 60,
-                         "recipe_gpu_minutes": (6 * 80 * step_s + eval_s) / 60, "seed_gpu_minutes": 567.8}
+        for mb, ckpt in args.step_settings:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            cfg = make_config("paper", {"model": {"name_or_path": f"{tmp}/model", "gradient_checkpointing": ckpt},
+                                        "chat": {"force_max_length": True}, "data": {"gsm8k": args.gsm8k},
+                                        "train": {"steps": args.steps, "chats_per_microbatch": mb}})
+            train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
+            run = Path(tmp) / f"run-{mb}-{ckpt}"
+            t0 = time.perf_counter()
+            train(cfg, "chat", 0, run, train_set, progress=False)
+            wall = time.perf_counter() - t0
+            metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
+            # Steady state: the median of the steps after the first (which captures graphs and compiles).
+            later = sorted(r["perf/seconds"] for r in metrics[1:]) or [metrics[0]["perf/seconds"]]
+            step_s = later[len(later) // 2]
+            row = {"chats_per_microbatch": mb, "gradient_checkpointing": ckpt, "wall_seconds_incl_load": wall,
+                   "steps": [{k: v for k, v in r.items() if k.startswith("perf/")} for r in metrics],
+                   "steady_seconds": step_s, "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
+                   "projection": {"train_gpu_minutes": 6 * 80 * step_s / 60,
+                                  "eval_gpu_minutes_decode_only": eval_s / 60,
+                                  "recipe_gpu_minutes": (6 * 80 * step_s + eval_s) / 60, "seed_gpu_minutes": 567.8}}
+            res["steps"].append(row)
+            Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+            print("step", {k: v for k, v in row.items() if k != "steps"}, flush=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(f"{'what':<24}{'batch':>6}{'ms/step':>10}{'tok/s':>10}")
     for r in res["decode"]:
@@ -228,11 +240,11 @@ def main():
         print(f"{L['variant']}: {L['tokens']} tokens in {L['seconds']:.2f} s = {L['tokens_per_s']:.0f} tok/s, "
               f"{L['tflops']:.0f} TFLOP/s ({100 * L['share_of_bf16_peak_989']:.0f}% of 989), "
               f"peak {L['peak_gb']:.1f} GB")
-    for s in res["step"]["steps"]:
-        print("step:", {k: round(v, 2) for k, v in s.items()})
-    print(f"steady step: {step_s:.2f} s")
     print(f"decode speed-up at batch 32 vs stock: {res['speedup_decode_b32_vs_stock']:.1f}x")
-    print(f"projected paper recipe: {res['projection']['recipe_gpu_minutes']:.1f} GPU-minutes (seed: 567.8)")
+    for r in res["steps"]:
+        print(f"step, {r['chats_per_microbatch']} chats per micro-batch, gradient checkpointing "
+              f"{r['gradient_checkpointing']}: steady {r['steady_seconds']:.2f} s, peak {r['peak_gb']:.1f} GB, "
+              f"projected paper recipe {r['projection']['recipe_gpu_minutes']:.1f} GPU-minutes (seed: 567.8)")
 
 
 if __name__ == "__main__":

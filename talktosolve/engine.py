@@ -48,6 +48,23 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
     return ids.to(device), mask.to(device)
 
 
+class Session:
+    """One copy's KV cache, carried from one of its turns to its next (a copy's next view extends its last view
+    and its own message, so only the new part needs a forward pass).
+
+    `ids[i]`: the tokens of row i whose keys and values are held; `k`, `v`: [layers, B, kv_heads, n, head_dim],
+    row i's in columns [0, len(ids[i])). An engine that cannot reuse a cache ignores the session; one that can
+    checks, row by row, that the new prompt begins with `ids[i]`, and otherwise reads the whole prompt.
+    """
+
+    def __init__(self):
+        self.ids: list[list[int]] | None = None
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.reused_tokens = 0
+        """Prompt tokens served from the cache over the session's calls (a measure of what reuse saved)."""
+
+
 class Engine:
     """Samples completions from `model` (a transformers causal LM, PEFT-wrapped or not)."""
 
@@ -70,7 +87,8 @@ class Engine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> list[list[int]]:
+                 generator: torch.Generator | None = None, *, session: Session | None = None) -> list[list[int]]:
+        """`session` is accepted for a common signature and ignored: this engine reads every prompt whole."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):

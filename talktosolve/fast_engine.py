@@ -11,9 +11,10 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
   bookkeeping) is captured once and replayed with a single launch.
 - **Exact adapter weights.** For every LoRA layer the sampler keeps one weight buffer and, before each call,
   rewrites it as `W0 + scale * B @ A` from the untouched base weight `W0` (computed in fp32, rounded once).
-  Nothing is ever merged into or unmerged from `W0`, so no drift accumulates over steps. Full fine-tuning needs
-  no copy: the graph reads the live parameters, which the optimizer updates in place.
-- **Sampling inside the graph.** Gumbel-max (as an exponential race) over fp32 logits / temperature is an exact
+  Nothing is ever merged into or unmerged from `W0`, so no drift accumulates over steps. Under full fine-tuning
+  the buffers are plain copies of the live weights, rewritten the same way. A refresh is skipped while no
+  parameter changed (version counters), so the four turns of a step pay for one.
+- **Sampling inside the graph.** Gumbel-max (an exponential race on CUDA) over fp32 logits / temperature is an exact
   sample from softmax(logits / T) (no top-k, no top-p), drawn from the CUDA generator, which graphs advance
   correctly.
 - **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256;
@@ -31,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve.engine import Engine, cut_at_stop, left_pad
+from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256
@@ -107,17 +108,55 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
     return _mlp_out(x, a.reshape(B, 1, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
 
 
-def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask,
+def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
                    n_heads: int, n_kv: int, head_dim: int, eps: float):
-    """One layer over a left-padded prompt. x [B, T, H]; writes cache columns 0..T-1; mask [B, 1, T, T] bool."""
-    B, T, _ = x.shape
+    """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; writes the
+    real tokens' K/V (`real` [B, S] bool) into cache columns T-S..T-1, leaving a row's padding columns alone
+    (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool."""
+    B, S, _ = x.shape
+    T = mask.shape[-1]
     q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
-    k_cache[:, :, :T].copy_(k)
-    v_cache[:, :, :T].copy_(v)
+    keep = real[:, None, :, None]  # [B, 1, S, 1]
+    k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
+    v_cache[:, :, T - S:T].copy_(torch.where(keep, v, v_cache[:, :, T - S:T]))
     group = n_heads // n_kv
-    a = F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
-                                       attn_mask=mask)  # [B, Hq, T, D]
-    return _mlp_out(x, a.transpose(1, 2).reshape(B, T, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+    keys, values = k_cache[:, :, :T], v_cache[:, :, :T]
+    if group > 1:
+        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+    a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, D]
+    return _mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+
+
+def _reusable(session, prompts: list[list[int]]) -> list[int]:
+    """Per row, how many leading prompt tokens the session's cache already holds (0: read the whole prompt).
+    At least one token is always left to read: the next token is predicted from the last one's state."""
+    if session is None or session.ids is None or len(session.ids) != len(prompts):
+        return [0] * len(prompts)
+    return [len(h) if 0 < len(h) < len(p) and p[:len(h)] == h else 0 for p, h in zip(prompts, session.ids)]
+
+
+def _hold(session, s, prompts, rows, T: int, reuse: list[int]) -> None:
+    """Keep each row's prompt and message, minus the message's last token (never fed back, so it has no keys
+    or values), with their K/V: prompt i sits in columns T - len(p_i) .. T-1, message token j was fed at T + j."""
+    held = [p + r[:-1] for p, r in zip(prompts, rows)]
+    n = max(len(h) for h in held)
+    layers, B, kv, L, D = s["k"].shape
+    first = torch.tensor([T - len(p) for p in prompts], device=s["k"].device)
+    cols = (first[:, None] + torch.arange(n, device=first.device)[None]).clamp(max=L - 1)  # [B, n]
+    index = cols[None, :, None, :, None].expand(layers, B, kv, n, D)
+    # Columns past a row's own length hold whatever the pool held: never read, as `_reusable` stops at len(ids).
+    session.ids, session.k, session.v = held, s["k"].gather(3, index), s["v"].gather(3, index)
+    session.reused_tokens += sum(reuse)
+
+
+def _place(cache, held, first, count, T: int) -> None:
+    """cache[:, b, :, first[b] + j] = held[:, b, :, j] for j < count[b], in one gather (cache [layers, B, kv, L, D],
+    held [layers, B, kv, n, D]); other columns are left as they are."""
+    layers, B, kv, _, D = cache.shape
+    rel = torch.arange(T, device=cache.device)[None] - first[:, None]  # [B, T]
+    inside = (rel >= 0) & (rel < count[:, None])
+    index = rel.clamp(0, held.shape[3] - 1)[None, :, None, :, None].expand(layers, B, kv, T, D)
+    cache[:, :, :, :T] = torch.where(inside[None, :, None, :, None], held.gather(3, index), cache[:, :, :, :T])
 
 
 class _Fused:
@@ -232,11 +271,11 @@ class StaticEngine:
     def _dims(self):
         return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
 
-    def _prefill(self, ids, positions, k_cache, v_cache, mask):
-        x = F.embedding(ids, self.embed)  # [B, T, H]
+    def _prefill(self, ids, positions, k_cache, v_cache, mask, real):
+        x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
         for i, w in enumerate(self.layers):
-            x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, **self._dims())
+            x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, **self._dims())
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
 
     def _pick(self, hidden):
@@ -246,10 +285,14 @@ class StaticEngine:
         if self.greedy:
             tok = logits.argmax(-1)
         else:
-            # Exponential race: argmax(z / T - log E), E ~ Exp(1), is Gumbel-max (-log E is Gumbel), so an exact
-            # sample from softmax(z / T) in fewer passes over the [B, V] logits.
-            race = torch.empty_like(logits).exponential_().log_()
-            tok = (logits / self.temperature - race).argmax(-1)
+            # Gumbel-max: argmax(z / T + G), G ~ Gumbel, is an exact sample from softmax(z / T). On CUDA G is
+            # drawn as -log E, E ~ Exp(1) (an exponential race: fewer passes over the [B, V] logits); a CPU's
+            # exponential sampler is slow, so there G = -log(-log U), U ~ Uniform.
+            if logits.is_cuda:
+                noise = -torch.empty_like(logits).exponential_().log_()
+            else:
+                noise = -torch.log(-torch.log(torch.rand_like(logits).clamp_(min=1e-20)))
+            tok = (logits / self.temperature + noise).argmax(-1)
         logp = torch.gather(torch.log_softmax(logits / self.temperature, -1), 1, tok[:, None])[:, 0] \
             if self.record_logprobs else None
         return tok, logp
@@ -327,8 +370,12 @@ class StaticEngine:
     # ------------------------------------------------------------------------------------------- public
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
-                 generator: torch.Generator | None = None, *, capacity: int = 0) -> list[list[int]]:
-        """`capacity` (optional) is the least KV length to allocate: callers that want one graph shape pass it."""
+                 generator: torch.Generator | None = None, *, capacity: int = 0,
+                 session: Session | None = None) -> list[list[int]]:
+        """`capacity` (optional) is the least KV length to allocate: callers that want one graph shape pass it.
+
+        `session` (optional): one copy's `Session`. A row whose prompt begins with the tokens the session holds
+        for it (its last prompt and message) reads only the rest; the session then holds this call's rows."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -336,9 +383,9 @@ class StaticEngine:
         from talktosolve.grpo import attention_kernels
 
         with attention_kernels():
-            return self._generate(prompts, max_new_tokens, generator, capacity)
+            return self._generate(prompts, max_new_tokens, generator, capacity, session)
 
-    def _generate(self, prompts, max_new_tokens, generator, capacity):
+    def _generate(self, prompts, max_new_tokens, generator, capacity, session=None):
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
             if self.device.type == "cuda":
@@ -346,27 +393,39 @@ class StaticEngine:
             else:
                 torch.manual_seed(seed)
         self.refresh()
+        dev = self.device
         B, T = len(prompts), max(len(p) for p in prompts)
-        bucket = BUCKET if self.device.type == "cuda" else CPU_BUCKET
+        bucket = BUCKET if dev.type == "cuda" else CPU_BUCKET
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
         s = self._graph(B, L)
-        ids, mask = left_pad(prompts, self.pad_id, self.device)  # [B, T]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
+        # cache, the rest (a left-padded block of S columns ending at T) goes through the layers.
+        reuse = _reusable(session, prompts)
+        lengths = torch.tensor([len(p) for p in prompts], device=dev)
+        ids, bmask = left_pad([p[r:] for p, r in zip(prompts, reuse)], self.pad_id, dev)  # [B, S]
+        S = ids.shape[1]
+        if any(reuse):
+            first = T - lengths  # [B] column of each row's first prompt token
+            held = torch.tensor(reuse, device=dev)
+            for key in ("k", "v"):
+                _place(s[key], getattr(session, key), first, held, T)
+        positions = torch.tensor(reuse, device=dev)[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
+        cols = torch.arange(T, device=dev)
         s["valid"].zero_()
-        s["valid"][:, :T] = mask.bool()
+        s["valid"][:, :T] = cols[None] >= (T - lengths)[:, None]
         s["done"].zero_()
-        # Prefill: causal over real tokens; a padding row attends to itself so no row is all -inf (NaN).
-        causal = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
-        eye = torch.eye(T, dtype=torch.bool, device=self.device)
-        pmask = ((causal[None] & mask.bool()[:, None, :]) | eye[None])[:, None]  # [B, 1, T, T]
-        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask))
+        # Prefill: causal over real tokens; a padding query attends to itself so no row is all -inf (NaN).
+        query_cols = cols[T - S:]  # [S]
+        causal = cols[None, :] <= query_cols[:, None]  # [S, T]
+        pmask = (causal[None] & s["valid"][:, None, :T]) | (cols[None, None, :] == query_cols[None, :, None])
+        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask[:, None], bmask.bool()))  # mask [B, 1, S, T]
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)
         s["out"][:, 0] = tok
         if logp is not None:
             s["logp"][:, 0] = logp
-        s["pos"].copy_(positions[:, -1:] + 1)
+        s["pos"].copy_(lengths[:, None])
         s["col"].fill_(T)
         s["step"].fill_(1)
         made = 1
@@ -384,4 +443,7 @@ class StaticEngine:
         rows = s["out"][:, :made].tolist()
         if self.record_logprobs:
             self.last_logprobs = s["logp"][:, :made].clone()
-        return rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
+        rows = rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
+        if session is not None:
+            _hold(session, s, prompts, rows, T, reuse)
+        return rows

@@ -136,8 +136,9 @@ def attention_kernels():
 
 
 def _pad_right(rows: list, pad_id: int, device):
-    """ids [B, T], trained-token mask [B, T], and advantages [n] of the trained tokens in row-major order.
-    `rows` are `Sequence`s (or `Sample`s, one message each).
+    """ids [B, T] and advantages [n] on `device`, and the trained-token mask [B, T] on the CPU (it only serves
+    to find positions, which the host can do without waiting for the device); advantages are in row-major
+    order of the trained tokens. `rows` are `Sequence`s (or `Sample`s, one message each).
 
     No attention mask: with right padding and causal attention a real token only ever attends to earlier real
     tokens, and padded positions are never read, so the backbone runs unmasked (flash attention on a GPU
@@ -152,9 +153,11 @@ def _pad_right(rows: list, pad_id: int, device):
     for i, r in enumerate(rows):
         ids[i, :len(r.ids)] = torch.tensor(r.ids)
         for start, end, a in r.spans:
+            if start < 1:
+                raise ValueError("a trained token needs a token before it (its prompt is empty)")
             comp[i, start:end] = True
             adv += [a] * (end - start)
-    return ids.to(device), comp.to(device), torch.tensor(adv, dtype=torch.float32).to(device)
+    return ids.to(device), comp, torch.tensor(adv, dtype=torch.float32).to(device)
 
 
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
@@ -165,16 +168,18 @@ def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.
 def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
     """log pi(token) of every generated token, flattened in row-major order: [n_generated].
 
-    `ids` are right-padded rows (see `_pad_right`: no attention mask is needed)."""
+    `ids` are right-padded rows (see `_pad_right`: no attention mask is needed); `comp` [B, T] marks the
+    trained tokens, best kept on the CPU: their positions are then found with no device synchronisation."""
+    if bool(comp[:, 0].any()):
+        raise ValueError("a trained token in column 0 has no token before it to be predicted from")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     backbone, head = base.get_decoder(), base.get_output_embeddings()
+    where = comp.flatten().nonzero().squeeze(1).to(ids.device, non_blocking=True)  # [n] flat positions
     # use_cache=False: a training pass has no use for a KV cache (it would cost memory, and guard compiled layers).
     hidden = backbone(input_ids=ids, use_cache=False).last_hidden_state  # [B, T, H]
-    # The token at position t is predicted from the hidden state at t-1.
-    predict = torch.zeros_like(comp)
-    predict[:, :-1] = comp[:, 1:]
-    h = hidden[predict]  # [n, H]
-    targets = ids[comp]  # [n]
+    # The token at flat position p is predicted from the hidden state at p - 1 (same row: column 0 is never trained).
+    h = hidden.flatten(0, 1).index_select(0, where - 1)  # [n, H]
+    targets = ids.flatten().index_select(0, where)  # [n]
     parts = []
     for i in range(0, h.shape[0], chunk):
         if torch.is_grad_enabled():

@@ -15,6 +15,7 @@ import torch
 
 from talktosolve.chat import FINAL_TURN, SPEAKERS, Seat, max_tokens, render_view, view
 from talktosolve.config import ChatConfig, ConfigError
+from talktosolve.engine import Session
 from talktosolve.grading import extract_answer, grade_many
 
 
@@ -85,6 +86,8 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
     chats = [Chat(p.id, k, arm, p.gold, {"A": Seat(list(p.facts_a), p.question), "B": Seat(list(p.facts_b), p.question)})
              for p in problems for k in range(chats_per_problem)]
     by_name = {"A": players[0], "B": players[1]}
+    # Each copy's KV cache is carried to its next turn: its next view begins with its last view and message.
+    sessions = {"A": Session(), "B": Session()}
     for turn, speaker in enumerate(SPEAKERS):
         player = by_name[speaker]
         views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
@@ -93,7 +96,7 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
         _check_length(player, prompts, limit, turn)
         device = getattr(player.engine, "device", torch.device("cpu"))
         generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
-        completions = player.engine.generate(prompts, limit, generator)
+        completions = player.engine.generate(prompts, limit, generator, session=sessions[speaker])
         stops = set(player.engine.stop_ids)
         texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
         for c, v, prompt, ids, text in zip(chats, views, prompts, completions, texts):

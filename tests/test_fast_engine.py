@@ -99,3 +99,61 @@ def test_cuda_graph_engine_matches_on_gpu():
         pytest.skip("no CUDA GPU")
     check_greedy(tiny(device="cuda"), "cuda")
     check_logprobs(tiny(device="cuda", dtype=torch.bfloat16, layers=4), "cuda", atol=0.1)
+    check_session(tiny(device="cuda", layers=3))
+
+
+def test_a_session_reads_only_the_new_tokens_and_changes_nothing():
+    check_session(tiny(layers=3))
+
+
+def check_session(model):
+    """A copy's second turn with its first turn's cache gives what a fresh engine reading the whole prompt gives;
+    a row whose prompt does not extend what the session holds is read whole."""
+    from talktosolve.engine import Session
+
+    first = prompts(97, [5, 17, 9, 30])
+    with_cache = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, record_logprobs=True)
+    fresh = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, record_logprobs=True)
+    session = Session()
+    said = with_cache.generate(first, 7, session=session)
+    extra = prompts(97, [3, 8, 1, 4], seed=2)
+    second = [p + m + x for p, m, x in zip(first, said, extra)]
+    second[2] = [7] + second[2]  # no longer extends what the session holds: read whole
+    got = with_cache.generate(second, 9, session=session)
+    got_logp = with_cache.last_logprobs
+    assert session.reused_tokens == sum(len(p) + len(m) - 1 for i, (p, m) in enumerate(zip(first, said)) if i != 2)
+    assert got == fresh.generate(second, 9)
+    torch.testing.assert_close(got_logp, fresh.last_logprobs, atol=1e-5, rtol=0)
+    for p, g in zip(second, got):  # and both are what transformers computes
+        assert g == stock_greedy(model, p, 9)[:len(g)]
+
+
+def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
+    """The micro tokenizer re-reads a message token for token, so every turn after a copy's first is served
+    mostly from its cache."""
+    from talktosolve.config import make_config
+    from talktosolve.micro.base import load_micro_base
+    from talktosolve.micro.task import make_problems
+    from talktosolve.policy import stop_ids
+    from talktosolve.rollout import Player, play_chats
+
+    cfg = make_config("micro")
+    model, tok = load_micro_base()
+    engine = StaticEngine(model, stop_ids=stop_ids(tok, model), pad_id=tok.pad_token_id)
+    seen = []
+    original = engine.generate
+
+    def spy(prompts, n, generator=None, *, session=None):
+        before = session.reused_tokens
+        out = original(prompts, n, generator, session=session)
+        seen.append((sum(len(p) for p in prompts), session.reused_tokens - before))
+        return out
+
+    engine.generate = spy
+    problems = make_problems("test", 4, seed=0)
+    chats = play_chats(problems, "chat", (Player(engine, tok), Player(engine, tok)), cfg.chat,
+                       chats_per_problem=2, seed=0)
+    assert len(chats) == 8 and all(len(c.turns) == 4 for c in chats)
+    assert seen[0][1] == 0 and seen[1][1] == 0, "a copy's first turn has nothing to reuse"
+    for total, reused in seen[2:]:
+        assert reused > total / 2, (total, reused)
