@@ -23,8 +23,14 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
 
 Prefill (the prompt) runs eagerly through the same layer math. On CUDA each decode layer is also passed through
 `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
-launch-bound decode step is made of; q|k|v and gate|up run as one matmul each over stacked weight buffers. Only models whose config says `qwen2`, `llama` or
-`mistral`-style attention are accepted; anything else falls back to `Engine` (see `make_engine`).
+launch-bound decode step is made of; q|k|v and gate|up run as one matmul each over stacked weight buffers.
+
+- **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
+  a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
+  in front of them in the pool, and the block attends over both.
+
+Only models whose config says `qwen2`, `llama` or `mistral`-style attention are accepted; anything else falls
+back to `Engine` (see `make_engine`).
 """
 
 from __future__ import annotations
@@ -187,7 +193,8 @@ class _Fused:
                 merged = base.weight.float()
                 for name in m.active_adapters:
                     if name in m.lora_A:
-                        merged = merged + m.scaling[name] * (m.lora_B[name].weight.float() @ m.lora_A[name].weight.float())
+                        delta = m.lora_B[name].weight.float() @ m.lora_A[name].weight.float()
+                        merged = merged + m.scaling[name] * delta
                 self.weight[row:row + n].copy_(merged)
             else:
                 self.weight[row:row + n].copy_(base.weight)
@@ -312,8 +319,10 @@ class StaticEngine:
             self.pool = torch.zeros(2, n, device=dev, dtype=dt)
         return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
                 "valid": torch.zeros(B, L, dtype=torch.bool, device=dev),
-                "tok": torch.zeros(B, dtype=torch.long, device=dev), "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
-                "col": torch.zeros(1, dtype=torch.long, device=dev), "step": torch.zeros(1, dtype=torch.long, device=dev),
+                "tok": torch.zeros(B, dtype=torch.long, device=dev),
+                "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
+                "col": torch.zeros(1, dtype=torch.long, device=dev),
+                "step": torch.zeros(1, dtype=torch.long, device=dev),
                 "done": torch.zeros(B, dtype=torch.bool, device=dev),
                 "out": torch.zeros(B, L, dtype=torch.long, device=dev),
                 "logp": torch.zeros(B, L, dtype=torch.float32, device=dev)}
@@ -418,7 +427,8 @@ class StaticEngine:
         query_cols = cols[T - S:]  # [S]
         causal = cols[None, :] <= query_cols[:, None]  # [S, T]
         pmask = (causal[None] & s["valid"][:, None, :T]) | (cols[None, None, :] == query_cols[None, :, None])
-        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask[:, None], bmask.bool()))  # mask [B, 1, S, T]
+        pmask = pmask[:, None]  # [B, 1, S, T]
+        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool()))
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)
