@@ -56,12 +56,14 @@ def learning_rate(t, step: int) -> float:
 
 def step_problems(problems: list, seed: int, step: int, n: int) -> list:
     """The problems of step `step`: a stream of seeded permutations (epochs) of the training set."""
+    orders: dict[int, list[int]] = {}  # one shuffle per epoch this step touches
     out = []
     for i in range(step * n, step * n + n):
         epoch, pos = divmod(i, len(problems))
-        order = list(range(len(problems)))
-        random.Random(f"{seed}-{epoch}").shuffle(order)
-        out.append(problems[order[pos]])
+        if epoch not in orders:
+            orders[epoch] = list(range(len(problems)))
+            random.Random(f"{seed}-{epoch}").shuffle(orders[epoch])
+        out.append(problems[orders[epoch][pos]])
     return out
 
 

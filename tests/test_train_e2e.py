@@ -114,3 +114,17 @@ def test_learning_rate_is_a_function_of_the_step():
     t = TrainConfig(lr=1e-3, warmup_steps=4)
     assert [learning_rate(t, s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
     assert learning_rate(TrainConfig(lr=1e-3), 0) == 1e-3
+
+
+def test_step_problems_walk_seeded_epochs():
+    from talktosolve.train import step_problems
+
+    problems = list(range(12))
+    epoch0 = [p for t in range(3) for p in step_problems(problems, 0, t, 4)]
+    assert sorted(epoch0) == problems, "an epoch visits every problem once"
+    assert epoch0 == [p for t in range(3) for p in step_problems(problems, 0, t, 4)], "same seed, same stream"
+    assert epoch0 != [p for t in range(3) for p in step_problems(problems, 1, t, 4)]
+    straddle = step_problems(problems, 0, 2, 5)  # items 10..14: the end of epoch 0, then epoch 1
+    epoch1 = step_problems(problems, 0, 1, 12)  # items 12..23
+    assert straddle == epoch0[10:] + epoch1[:3]
+    assert sorted(epoch1) == problems and epoch1 != epoch0, "each epoch is its own permutation"
