@@ -2,7 +2,8 @@
 
     run_dir/
       config.json           every config field, plus the arm and seed
-      metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces)
+      metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces; perf/ holds tokens,
+                            seconds, sample_seconds and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb))
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
