@@ -61,6 +61,9 @@ class Session:
         self.ids: list[list[int]] | None = None
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.keep = True
+        """Hold this call's rows for a later turn; the rollout turns it off for a copy's last turn, whose cache
+        nothing would read."""
         self.reused_tokens = 0
         """Prompt tokens served from the cache over the session's calls (a measure of what reuse saved)."""
 

@@ -141,7 +141,7 @@ def _reusable(session, prompts: list[list[int]]) -> list[int]:
     return [len(h) if 0 < len(h) < len(p) and p[:len(h)] == h else 0 for p, h in zip(prompts, session.ids)]
 
 
-def _hold(session, s, prompts, rows, T: int, reuse: list[int]) -> None:
+def _hold(session, s, prompts, rows, T: int) -> None:
     """Keep each row's prompt and message, minus the message's last token (never fed back, so it has no keys
     or values), with their K/V: prompt i sits in columns T - len(p_i) .. T-1, message token j was fed at T + j."""
     held = [p + r[:-1] for p, r in zip(prompts, rows)]
@@ -152,7 +152,6 @@ def _hold(session, s, prompts, rows, T: int, reuse: list[int]) -> None:
     index = cols[None, :, None, :, None].expand(layers, B, kv, n, D)
     # Columns past a row's own length hold whatever the pool held: never read, as `_reusable` stops at len(ids).
     session.ids, session.k, session.v = held, s["k"].gather(3, index), s["v"].gather(3, index)
-    session.reused_tokens += sum(reuse)
 
 
 def _place(cache, held, first, count, T: int) -> None:
@@ -411,14 +410,15 @@ class StaticEngine:
         # cache, the rest (a left-padded block of S columns ending at T) goes through the layers.
         reuse = _reusable(session, prompts)
         lengths = torch.tensor([len(p) for p in prompts], device=dev)
+        held = torch.tensor(reuse, device=dev)  # [B]
         ids, bmask = left_pad([p[r:] for p, r in zip(prompts, reuse)], self.pad_id, dev)  # [B, S]
         S = ids.shape[1]
         if any(reuse):
+            session.reused_tokens += sum(reuse)
             first = T - lengths  # [B] column of each row's first prompt token
-            held = torch.tensor(reuse, device=dev)
             for key in ("k", "v"):
                 _place(s[key], getattr(session, key), first, held, T)
-        positions = torch.tensor(reuse, device=dev)[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
+        positions = held[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
         cols = torch.arange(T, device=dev)
         s["valid"].zero_()
         s["valid"][:, :T] = cols[None] >= (T - lengths)[:, None]
@@ -454,6 +454,6 @@ class StaticEngine:
         if self.record_logprobs:
             self.last_logprobs = s["logp"][:, :made].clone()
         rows = rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
-        if session is not None:
-            _hold(session, s, prompts, rows, T, reuse)
+        if session is not None and session.keep:
+            _hold(session, s, prompts, rows, T)
         return rows

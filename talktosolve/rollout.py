@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from talktosolve.chat import FINAL_TURN, SPEAKERS, Seat, max_tokens, render_view, view
+from talktosolve.chat import FINAL_TURN, SPEAKERS, Seat, is_final, max_tokens, render_view, view
 from talktosolve.config import ChatConfig, ConfigError
 from talktosolve.engine import Session
 from talktosolve.grading import extract_answer, grade_many
@@ -93,6 +93,7 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
         views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
         prompts = _encode(player.tokenizer, views)
         limit = max_tokens(turn, chat)
+        sessions[speaker].keep = not is_final(turn)  # a copy's final message is its last turn
         _check_length(player, prompts, limit, turn)
         device = getattr(player.engine, "device", torch.device("cpu"))
         generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
