@@ -68,7 +68,7 @@ def main():
     from talktosolve.config import make_config
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.grpo import Sample, grpo_update
-    from talktosolve.policy import compile_layers, make_trainable
+    from talktosolve.policy import compile_layers, enable_gradient_checkpointing, make_trainable
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(), "versions": {"python": platform.python_version(),
@@ -157,13 +157,15 @@ def main():
     n_tok = sum(lens)
     res["learn_variants"] = []
     hf_model = lora_model.get_base_model()
-    variants = [("learn/eager", 2, False, False), ("learn", 2, False, True), ("learn/4_chats_per_microbatch", 4, False, True),
-                ("learn/gradient_checkpointing_4", 4, True, True), ("learn/gradient_checkpointing_8", 8, True, True)]
+    compiled_yet = False
+    variants = [("learn/eager", 2, False, False), ("learn", 2, False, True),
+                ("learn/4_chats_per_microbatch", 4, False, True), ("learn/gradient_checkpointing_4", 4, True, True),
+                ("learn/gradient_checkpointing_8", 8, True, True)]
     for name, mb, ckpt, compiled in variants:
-        if compiled and not any(getattr(m, "_compiled_call_impl", None) for m in hf_model.model.layers):
-            compile_layers(lora_model, make_config("paper").model, torch.device("cuda"))
+        if compiled and not compiled_yet:  # compiling is in place and for good: eager variants come first
+            compiled_yet = compile_layers(lora_model, cfg.model, torch.device("cuda"), static_sampler=True)
         if ckpt:
-            hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(hf_model)
         opt = torch.optim.AdamW([p for p in lora_model.parameters() if p.requires_grad], lr=1e-4)
         # warm-up over the same batch: compiles, and meets every shape the timed call will
         grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id, chats_per_microbatch=mb, grad_clip=1.0,

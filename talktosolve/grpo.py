@@ -153,8 +153,6 @@ def _pad_right(rows: list, pad_id: int, device):
     for i, r in enumerate(rows):
         ids[i, :len(r.ids)] = torch.tensor(r.ids)
         for start, end, a in r.spans:
-            if start < 1:
-                raise ValueError("a trained token needs a token before it (its prompt is empty)")
             comp[i, start:end] = True
             adv += [a] * (end - start)
     return ids.to(device), comp, torch.tensor(adv, dtype=torch.float32).to(device)

@@ -127,19 +127,18 @@ def make_trainable(model, cfg: ModelConfig):
     return get_peft_model(model, lora)
 
 
-def compile_layers(model, cfg: ModelConfig, device: torch.device) -> bool:
+def compile_layers(model, cfg: ModelConfig, device: torch.device, *, static_sampler: bool) -> bool:
     """Compile every decoder layer in place (`nn.Module.compile`: parameter names and checkpoints unchanged).
 
     The layers share one code object, so one compilation serves them all; shapes are left to torch.compile's
-    automatic dynamism (one recompile once a second sequence length shows up). Returns whether it compiled."""
-    from talktosolve.fast_engine import SUPPORTED
+    automatic dynamism (one recompile once a second sequence length shows up). Returns whether it compiled.
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    # `auto` compiles only where the fast engine samples: the portable sampler runs transformers' forward with a
-    # growing KV cache, a new shape every token, which compiled layers would answer with recompilations.
-    if cfg.compile == "off" or (cfg.compile == "auto" and (device.type != "cuda"
-                                                          or getattr(base.config, "model_type", "") not in SUPPORTED)):
+    `auto` compiles on a GPU when the sampler is the static engine (`static_sampler`), which reads the weights
+    with its own forward: the portable sampler runs these layers with a growing KV cache, a new shape every
+    token, which compiled layers would answer with recompilations."""
+    if cfg.compile == "off" or (cfg.compile == "auto" and not (device.type == "cuda" and static_sampler)):
         return False
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     layers = getattr(base.get_decoder(), "layers", None)
     if layers is None:
         raise ModelError(f"model.compile={cfg.compile}: `{type(base).__name__}` has no decoder `layers` to compile; "
@@ -147,6 +146,12 @@ def compile_layers(model, cfg: ModelConfig, device: torch.device) -> bool:
     for layer in layers:
         layer.compile()
     return True
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute each layer's activations in the backward pass. Non-reentrant: the frozen embeddings' output
+    needs no grad for the recomputation to backpropagate."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:

@@ -25,10 +25,10 @@ from safetensors.torch import load_file, save_file
 
 from talktosolve import distributed
 from talktosolve.config import Config, config_key
-from talktosolve.fast_engine import make_engine
+from talktosolve.fast_engine import StaticEngine, make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
-from talktosolve.policy import (compile_layers, load_base, load_tokenizer, make_trainable, resolve_device, save_policy,
-                                stop_ids)
+from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
+                                make_trainable, resolve_device, save_policy, stop_ids)
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
 from talktosolve.talk import aggregate_talk, chat_talk
@@ -141,10 +141,8 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(seed)  # adapter initialisation
     model = make_trainable(load_base(cfg.model, device), cfg.model)
-    compile_layers(model, cfg.model, device)
     if cfg.model.gradient_checkpointing:
-        # Non-reentrant: the frozen embeddings' output needs no grad for the recomputation to backpropagate.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_gradient_checkpointing(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
 
@@ -159,7 +157,9 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
     engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
                          temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
                          kind=cfg.chat.engine)
+    compile_layers(model, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
     player = Player(engine, tokenizer, "policy")
+    gpu = device.type == "cuda"
     bar = tqdm(total=t.steps, initial=start, desc=f"train {arm} seed {seed}", disable=not (progress and main),
                dynamic_ncols=True)
     for step in range(start, t.steps):
@@ -167,7 +167,6 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
         for group in optimizer.param_groups:  # a function of the step alone, so a resumed run needs no state
             group["lr"] = learning_rate(t, step)
         batch = distributed.shard(step_problems(problems, seed, step, t.problems_per_step), rank, size)
-        gpu = device.type == "cuda"
         if gpu:
             torch.cuda.reset_peak_memory_stats(device)
         try:
