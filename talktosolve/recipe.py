@@ -90,7 +90,6 @@ def train_in_parallel(cfg: Config, out: Path) -> None:
 
     import torch
 
-    from talktosolve.store import write_json
     from talktosolve.train import TrainingError, is_done
 
     pending = [(a, s) for a in cfg.arms for s in cfg.seeds if not is_done(out / "runs" / run_name(a, s), cfg, a, s)]
