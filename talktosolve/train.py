@@ -3,7 +3,8 @@
     run_dir/
       config.json           every config field, plus the arm and seed
       metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces; perf/ holds tokens,
-                            seconds, sample_seconds and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb))
+                            seconds, sample_seconds, learn_seconds, the learner's row and padded tokens (of
+                            rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb))
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
@@ -184,7 +185,9 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
                 samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns]
             n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
             stats = grpo_update(model, optimizer, samples, pad_id=tokenizer.pad_token_id, n_tokens=n_tokens,
-                                chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device)
+                                chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
+                                microbatch_tokens=t.microbatch_tokens)
+            learned = time.perf_counter()
         except NonFiniteLoss as e:
             bar.close()
             kept = latest_checkpoint(run_dir)
@@ -197,11 +200,12 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
             bar.close()
             raise TrainingError(
                 f"Step {step}: the GPU ran out of memory. Lower train.chats_per_microbatch "
-                f"(now {t.chats_per_microbatch}), turn on model.gradient_checkpointing, or lower "
+                f"(now {t.chats_per_microbatch}) or train.microbatch_tokens (now {t.microbatch_tokens}; 0 means "
+                "by chats), turn on model.gradient_checkpointing, or lower "
                 "train.problems_per_step; rerun the same command to resume from the last checkpoint."
             ) from e
         transcripts = distributed.gather([{"step": step, **c.transcript()} for c in chats])
-        row = step_metrics(step, transcripts, stats, time.perf_counter() - began, sampled - began)
+        row = step_metrics(step, transcripts, stats, time.perf_counter() - began, sampled - began, learned - sampled)
         if gpu:
             peak_learn = torch.cuda.max_memory_allocated(device) / 2**30
             row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
@@ -248,7 +252,8 @@ def _fmt(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_seconds: float) -> dict:
+def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_seconds: float,
+                 learn_seconds: float = 0.0) -> dict:
     """A step's metrics row, from its chats' transcripts (every rank's, when data-parallel)."""
     talk = aggregate_talk([chat_talk(c) for c in chats])
     n = len(chats)
@@ -265,5 +270,8 @@ def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_sec
         "perf/tokens": stats.tokens,
         "perf/seconds": seconds,
         "perf/sample_seconds": sample_seconds,
+        "perf/learn_seconds": learn_seconds,
+        "perf/learn_row_tokens": stats.row_tokens,
+        "perf/learn_padded_tokens": stats.padded_tokens,
     }
 

@@ -102,6 +102,33 @@ def test_cuda_graph_engine_matches_on_gpu():
     check_session(tiny(device="cuda", layers=3))
 
 
+GROW_SCRIPT = """
+import torch
+from tests.test_fast_engine import prompts, tiny
+from talktosolve.fast_engine import StaticEngine
+engine = StaticEngine(tiny(device="cuda"), stop_ids=[96], pad_id=0, force_max_length=True)
+g = torch.Generator(device="cuda").manual_seed(0)
+assert len(engine.generate(prompts(97, [5, 6]), 8, g)[0]) == 8  # the process's first capture
+assert len(engine.generate(prompts(97, [300, 6]), 8, g)[0]) == 8  # a longer KV: the pool regrows, new graphs
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_kv_pool_regrows_in_a_fresh_process():
+    """The first capture of a process, then a longer prompt (the train loop's turn 0, then turn 1): this once
+    failed an allocator assertion, in a fresh process only (where the first capture holds the RNG's tensors)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", GROW_SCRIPT], cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
 def test_a_session_reads_only_the_new_tokens_and_changes_nothing():
     check_session(tiny(layers=3))
 

@@ -1,0 +1,91 @@
+"""Kernel-level profile of the fast engine at the paper shape (issue 7): prefill and decode, timed and traced.
+
+A random-init model from the given config (bf16, LoRA r=32 as the preset trains it), 32 rows as in a train
+step's turn. Times prefill (one new token) and decode (per step, from a 129-token call minus a 1-token call)
+at two view lengths, with the prefill layer compiled (the default on CUDA) and eager, then prints the CUDA
+kernels of one replayed decode step and of one prefill. Writes JSON.
+
+    python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+
+def cuda_time(fn, repeat=3):
+    fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / repeat
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, default=32)
+    args = ap.parse_args()
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    import talktosolve.fast_engine as fe
+    from talktosolve.config import make_config
+    from talktosolve.policy import make_trainable
+
+    config = AutoConfig.from_pretrained(args.model_dir)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = make_trainable(model.eval(), make_config("paper").model)
+    # weights a prefill token goes through (the output layer reads only each row's last token)
+    n_linear = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lora_" not in n)
+    g = torch.Generator().manual_seed(0)
+    B = args.batch
+    views = {n: [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(B)] for n in (600, 1100)}
+    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
+    engines = {}
+    for name, prefill in (("compiled prefill", None), ("eager prefill", fe._prefill_layer)):
+        eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True)
+        if prefill is not None:
+            eng._prefill_layer = prefill
+        engines[name] = eng
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        for n, v in views.items():  # compile (both lengths: dynamic shapes) and capture before timing
+            eng.generate(v, 129, gen, capacity=1280)
+        for n, v in views.items():
+            one = cuda_time(lambda: eng.generate(v, 1, gen, capacity=1280))
+            full = cuda_time(lambda: eng.generate(v, 129, gen, capacity=1280))
+            row = {"engine": name, "view_tokens": n, "prefill_s": one, "decode_ms_per_step": 1000 * (full - one) / 128,
+                   "prefill_tflops": 2 * n_linear * B * n / one / 1e12}
+            res["rows"].append(row)
+            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    eng = engines["compiled prefill"]
+    s = next(iter(eng.graphs.values()))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            s["graph"].replay()
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90)
+    print("decode step x5 (graph replay):\n" + table, flush=True)
+    res["decode_kernels"] = table.splitlines()
+    for name, e in engines.items():
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            e.generate(views[1100], 1, torch.Generator(device="cuda").manual_seed(0), capacity=1280)
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90)
+        print(f"prefill, {name}, 32 x 1100:\n" + table, flush=True)
+        res[f"prefill_kernels/{name}"] = table.splitlines()
+    Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Where a paper-preset train step's time and memory go, on one GPU, and what the learner's micro-batching costs.
+
+Runs the real `train` loop (random-init model of the given config, forced maximum message lengths) with timers
+around its parts (each timer synchronises the GPU, so the parts add up to the step), then, at the last step, with
+the sampler still resident (as in a real step), times the same update over the step's real samples under several
+micro-batch settings, each with its peak memory. Prints a table and writes JSON.
+
+    python bench/profile_step.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import functools
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+TIMES: dict[str, float] = collections.defaultdict(float)
+COUNTS: dict[str, int] = collections.defaultdict(int)
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(name, fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **k):
+        sync()
+        t = time.perf_counter()
+        out = fn(*a, **k)
+        sync()
+        TIMES[name] += time.perf_counter() - t
+        COUNTS[name] += 1
+        return out
+    return wrapper
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--gsm8k", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--variants", default="c2,c4,t16384,t24576,t32768",
+                    help="learner settings timed on the last step's samples: cN (N chats per micro-batch) or "
+                         "tN (N padded tokens per micro-batch); a `k` suffix adds gradient checkpointing")
+    ap.add_argument("--layers", type=int, default=0, help="build the model with this many layers (a CPU smoke run)")
+    ap.add_argument("--set", action="append", default=[], help="config override for the train loop, a.b=value")
+    args = ap.parse_args()
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    import talktosolve.fast_engine as fe
+    import talktosolve.rollout as ro
+    import talktosolve.train as tr
+    from talktosolve.config import _merge, make_config, parse_overrides
+    from talktosolve.grpo import grpo_update
+    from talktosolve.tasks import load_problems
+
+    # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
+    ro._encode = timed("sample/encode_views", ro._encode)
+    ro.score_chats = timed("sample/grade", ro.score_chats)
+    fe.StaticEngine.generate = timed("sample/generate", fe.StaticEngine.generate)
+    fe.StaticEngine._prefill = timed("sample/generate/prefill", fe.StaticEngine._prefill)
+    fe.StaticEngine._graph = timed("sample/generate/graph_lookup_or_capture", fe.StaticEngine._graph)
+    fe.StaticEngine.refresh = timed("sample/generate/refresh", fe.StaticEngine.refresh)
+    fe._hold = timed("sample/generate/hold", fe._hold)
+    fe._place = timed("sample/generate/place", fe._place)
+    tr.play_chats = timed("sample", tr.play_chats)
+    tr.step_metrics = timed("metrics", tr.step_metrics)
+    tr.append_jsonl = timed("write_logs", tr.append_jsonl)
+    tr._save_checkpoint = timed("checkpoint", tr._save_checkpoint)
+
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "torch": torch.__version__, "steps": [], "variants": []}
+    state = {"step": 0}
+
+    def variant(spec):
+        ckpt = spec.endswith("k")
+        n = int(spec[1:].rstrip("k"))
+        return {"chats_per_microbatch": n if spec[0] == "c" else 2,
+                "microbatch_tokens": n if spec[0] == "t" else 0}, ckpt
+
+    def learn(model, optimizer, samples, **kw):
+        out = timed("learn", grpo_update)(model, optimizer, samples, **kw)
+        state["step"] += 1
+        if state["step"] < args.steps:
+            return out
+        # Last step: the same samples under each setting, the sampler's memory still held.
+        res["rows"] = {"samples": len(samples), "row_tokens": out.row_tokens, "padded_tokens": out.padded_tokens,
+                       "microbatches": out.microbatches}
+        hf = model.get_base_model()
+        for spec in args.variants.split(","):
+            opts, ckpt = variant(spec)
+            if ckpt:
+                from talktosolve.policy import enable_gradient_checkpointing
+                enable_gradient_checkpointing(hf)
+            kw2 = {**kw, **opts}
+            grpo_update(model, optimizer, samples, **kw2)  # meets the shapes once
+            sync()
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            t = time.perf_counter()
+            st = grpo_update(model, optimizer, samples, **kw2)
+            sync()
+            dt = time.perf_counter() - t
+            row = {"variant": spec, **opts, "gradient_checkpointing": ckpt, "seconds": dt,
+                   "row_tokens_per_s": st.row_tokens / dt, "padded_tokens": st.padded_tokens,
+                   "microbatches": st.microbatches,
+                   "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0}
+            if ckpt:
+                hf.gradient_checkpointing_disable()
+            res["variants"].append(row)
+            print("learn variant", {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+        # Host time against device time for the step's own setting: how launch-bound is the learner?
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t = time.perf_counter()
+            grpo_update(model, optimizer, samples, **kw)
+            issued = time.perf_counter() - t
+            sync()
+            wall = time.perf_counter() - t
+        gpu_busy = sum(e.self_device_time_total for e in prof.key_averages()) / 1e6
+        res["learn_profile"] = {"wall_s": wall, "host_returned_s": issued, "kernel_time_s": gpu_busy}
+        print("learn profile", res["learn_profile"], flush=True)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60))
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=60))
+        return out
+
+    tr.grpo_update = learn
+
+    tok = AutoTokenizer.from_pretrained(args.model_dir)
+    config = AutoConfig.from_pretrained(args.model_dir)
+    if args.layers:
+        config.num_hidden_layers = args.layers
+        config.layer_types = config.layer_types[:args.layers]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    res["gpu"] = torch.cuda.get_device_name() if dev == "cuda" else "none"
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        with torch.device(dev):
+            m = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        m.save_pretrained(f"{tmp}/model")
+        tok.save_pretrained(f"{tmp}/model")
+        del m
+        over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
+                "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}}
+        cfg = make_config("paper", _merge(over, parse_overrides(args.set)))
+        train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
+        before = dict(TIMES)
+
+        def on_step(row, step):
+            snap = {k: v - before.get(k, 0.0) for k, v in TIMES.items()}
+            before.update(TIMES)
+            res["steps"].append({"step": step, "parts": snap, **{k: v for k, v in row.items() if k.startswith("perf/")}})
+            print(f"step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(snap.items())), flush=True)
+
+        tr.train(cfg, "chat", 0, Path(tmp) / "run", train_set, progress=False, loggers=(on_step,))
+    Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    last = res["steps"][-2] if len(res["steps"]) > 1 else res["steps"][-1]  # the last step also times variants
+    print(f"\nstep {last['step']} ({last['perf/seconds']:.2f} s):")
+    for k, v in sorted(last["parts"].items()):
+        print(f"  {k:<44}{v:8.3f} s")
+    for r in res["variants"]:
+        print(f"  learn {r['variant']:<10} {r['seconds']:6.2f} s  {r['row_tokens_per_s']:8.0f} row tok/s  "
+              f"{r['microbatches']:3d} micro-batches  peak {r['peak_gb']:.1f} GB")
+
+
+if __name__ == "__main__":
+    main()
