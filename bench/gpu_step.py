@@ -10,11 +10,9 @@ message lengths are forced to their maximum (random text never stops). Measured 
   learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens,
                          decoder layers compiled (the default on a GPU), micro-batches of the preset's token
                          budget (train.microbatch_tokens)
-  learn/...              the same eager, by 2 chats per micro-batch (the seed's setting), and with gradient
-                         checkpointing
-  steps                  the real `train` loop for --steps steps (default 6): 8 x 4 chats x 4 turns at
-                         160/160/384/384 tokens; steady state = mean of the steps after the first two (which
-                         compile and capture graphs; their extra time is counted once in the projection); once
+  learn/...              the same eager, by 2 or 4 chats per micro-batch, and with gradient checkpointing
+  steps                  the real `train` loop for --steps steps (default 5): 8 x 4 chats x 4 turns at
+                         160/160/384/384 tokens; steady state = median of the steps after the first; once
                          per --step-settings entry (micro-batching, gradient checkpointing), with the learning
                          phase's own tokens/s (its rows are a max-length chat's views, longer than `learn`'s)
 
@@ -76,8 +74,7 @@ def main():
                     default=[(_microbatch("t12288"), False), (_microbatch("c2"), False)],
                     help="train-loop settings to time, as MB:ckpt|nockpt pairs, MB being tN (N padded tokens per "
                          "micro-batch) or cN (N chats per micro-batch); default t12288:nockpt,c2:nockpt")
-    ap.add_argument("--steps", type=int, default=6, help="train-loop steps to time (the first two include compiling "
-                                                         "and graph captures)")
+    ap.add_argument("--steps", type=int, default=5, help="train-loop steps to time (the first includes compiling)")
     args = ap.parse_args()
 
     import peft
@@ -179,7 +176,7 @@ def main():
     compiled_yet = False
     preset = f"t{cfg.train.microbatch_tokens}"
     variants = [("learn/eager", preset, False, False), ("learn", preset, False, True),
-                ("learn/2_chats_per_microbatch", "c2", False, True),
+                ("learn/2_chats_per_microbatch", "c2", False, True), ("learn/4_chats_per_microbatch", "c4", False, True),
                 ("learn/gradient_checkpointing_32768_tokens", "t32768", True, True)]
     for name, spec, ckpt, compiled in variants:
         mb = _microbatch(spec)
@@ -219,10 +216,8 @@ def main():
     fast128 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 128)
     res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
     # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
-    # 6 runs x 80 steps at the measured steady step time, plus once the first steps' extra time (compiling and
-    # capturing: the recipe trains its runs in one process, and compiled code is kept), and 14 evaluations (2
-    # base, 6 trained, 6 cross-play) of 300 problems x 2 chats in batches of 128, at the measured batch-128
-    # decode speed (1088 decode steps each).
+    # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) of
+    # 300 problems x 2 chats in batches of 128, at the measured batch-128 decode speed (1088 decode steps each).
     eval_s = 14 * -(-600 // 128) * (1088 * fast128["ms_per_step"] / 1000)
     res["steps"] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,10 +239,10 @@ def main():
             train(cfg, "chat", 0, run, train_set, progress=False)
             wall = time.perf_counter() - t0
             metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
-            # Steady state: the steps after the first two (which compile and capture graphs).
-            steady = metrics[2:] or metrics[-1:]
-            step_s = sum(r["perf/seconds"] for r in steady) / len(steady)
-            warmup_s = sum(r["perf/seconds"] - step_s for r in metrics[:2])
+            # Steady state: the median of the steps after the first (which captures graphs and compiles).
+            later = sorted(r["perf/seconds"] for r in metrics[1:]) or [metrics[0]["perf/seconds"]]
+            step_s = later[len(later) // 2]
+            steady = metrics[1:] or metrics
 
             def median(key):
                 values = sorted(r[key] for r in steady)
@@ -263,11 +258,9 @@ def main():
                    "sample_seconds": median("perf/sample_seconds"), "learn_seconds": median("perf/learn_seconds"),
                    "learn_row_tokens": median("perf/learn_row_tokens"), "learn_row_tokens_per_s": learn_tps,
                    "learn_share_of_bf16_peak_989": 4 * n_params * learn_tps / 989e12,
-                   "first_steps_extra_seconds": warmup_s,
-                   "projection": {"train_gpu_minutes": (6 * 80 * step_s + warmup_s) / 60,
+                   "projection": {"train_gpu_minutes": 6 * 80 * step_s / 60,
                                   "eval_gpu_minutes_decode_only": eval_s / 60,
-                                  "recipe_gpu_minutes": (6 * 80 * step_s + warmup_s + eval_s) / 60,
-                                  "seed_gpu_minutes": 567.8}}
+                                  "recipe_gpu_minutes": (6 * 80 * step_s + eval_s) / 60, "seed_gpu_minutes": 567.8}}
             res["steps"].append(row)
             Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
             print("step", {k: v for k, v in row.items() if k != "steps"}, flush=True)

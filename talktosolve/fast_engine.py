@@ -18,9 +18,8 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
   sample from softmax(logits / T) (no top-k, no top-p), drawn from the CUDA generator, which graphs advance
   correctly.
 - **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256;
-  buffers per (B, L) are made on first use and kept (a few per run: the four turns' lengths), with one graph
-  per attended width (256, 512, ... L: a step reads the columns filled so far, rounded up, not all L). All
-  KV buffers are views of one pool sized for the largest shape seen, and all scratch memory is one graph pool.
+  one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs'
+  KV buffers are views of one pool sized for the largest shape seen, and their scratch memory is one graph pool.
 
 Prefill (the prompt) runs without a graph through the same layer math. On CUDA each decode layer is also passed
 through `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
@@ -366,33 +365,28 @@ class StaticEngine:
         s["step"].add_(1)
 
     def _graph(self, B, L):
-        """The buffers of shape (B, L), with their graphs by attended width (captured by `_capture`)."""
         key = (B, L)
         if key in self.graphs:
             return self.graphs[key]
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
-        s["graphs"] = {}
-        self.graphs[key] = s
-        return s
-
-    def _capture(self, s, width: int) -> None:
-        """Capture the decode step of buffers `s` attending over the first `width` cache columns.
-
-        Run before prefill only: the warm-up steps write into the buffers, which prefill then resets."""
-        if width in s["graphs"]:
-            return
+        s["graph"] = None
+        if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
+            self.graphs[key] = s
+            return s
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up outside capture, as CUDA graphs require
-                self._decode_step(s, upto=width)
+                self._decode_step(s)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.graph_pool):
-            self._decode_step(s, upto=width)
-        s["graphs"][width] = graph
+            self._decode_step(s)
+        s["graph"] = graph
+        self.graphs[key] = s
+        return s
 
     # ------------------------------------------------------------------------------------------- public
     @torch.no_grad()
@@ -425,13 +419,6 @@ class StaticEngine:
         bucket = BUCKET if dev.type == "cuda" else CPU_BUCKET
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
         s = self._graph(B, L)
-        graphs = dev.type == "cuda"
-        if graphs:
-            # One graph per attended width, in steps of `bucket`: a decode step reads the cache columns filled so
-            # far (rounded up), not all L (attention's share of a step grows with the columns it reads).
-            last = min(L, -(-(T + max_new_tokens - 1) // bucket) * bucket)
-            for width in range(-(-(T + 1) // bucket) * bucket, last + 1, bucket):
-                self._capture(s, width)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
         # cache, the rest (a left-padded block of S columns ending at T) goes through the layers.
         reuse = _reusable(session, prompts)
@@ -467,12 +454,11 @@ class StaticEngine:
         made = 1
         while made < max_new_tokens:
             # A GPU checks for the end every 16 steps (each check is a device sync); a CPU checks every step.
-            burst = min(16 if graphs else 1, max_new_tokens - made)
+            burst = min(16 if s["graph"] is not None else 1, max_new_tokens - made)
             for i in range(burst):
-                # This step writes column T + made + i - 1 and attends up to it.
-                if graphs:
-                    s["graphs"][min(L, -(-(T + made + i) // bucket) * bucket)].replay()
-                else:
+                if s["graph"] is not None:
+                    s["graph"].replay()
+                else:  # this step writes column T + made + i - 1 and attends up to it
                     self._decode_step(s, upto=T + made + i)
             made += burst
             if not self.force_max_length and bool(s["done"].all()):
