@@ -21,6 +21,19 @@ def test_microbatches_hold_two_chats_worth_of_messages_grouped_by_length():
     assert lengths == sorted(lengths)
 
 
+def test_token_budget_microbatches_stay_within_it_and_keep_every_row_once():
+    samples = [Sample([1] * n, [2] * 3, 0.0, g) for g, n in enumerate([5, 40, 12, 90, 7, 33, 64, 18])]
+    rows = to_sequences(samples)
+    batches = microbatches(rows, 2, max_tokens=100, pad_multiple=8)
+    assert sorted(len(r.ids) for b in batches for r in b) == sorted(len(r.ids) for r in rows)
+    for b in batches:
+        width = -(-max(len(r.ids) for r in b) // 8) * 8
+        assert len(b) == 1 or len(b) * width <= 100  # a row longer than the budget goes alone
+    assert [len(b) for b in batches] == [4, 2, 1, 1]  # widths 24, 48, 72, 96 (shortest first)
+    # No budget: by chats, as before.
+    assert microbatches(rows, 2) == microbatches(rows, 2, max_tokens=0)
+
+
 def test_a_message_inside_a_later_view_shares_its_row():
     first = Sample([1, 2], [3, 4], 0.5, 0)
     final = Sample([1, 2, 3, 4, 9], [5, 6], 0.5, 0)  # the final view begins with the first message, exactly
@@ -88,6 +101,9 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     # lr 0 keeps the weights, so the gradient the update computed can be read back.
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
+    by_chats = model.head.weight.grad.clone()
+    grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu", microbatch_tokens=9)
+    torch.testing.assert_close(model.head.weight.grad, by_chats)  # any micro-batching, the same update
     # The loss's value is the surrogate at ratio 1: -(1/N) sum_m A_m |y_m| (its gradient is what matters).
     assert stats.loss == pytest.approx(-sum(s.advantage * len(s.completion_ids) for s in samples) / n_tok)
     torch.testing.assert_close(model.head.weight.grad, expected)
