@@ -18,26 +18,51 @@ def nfc(text: str) -> str:
 class RandomEngine:
     """Writes random ordinary tokens (the benchmark's random-weight model does the same); some messages stop."""
 
-    def __init__(self, vocab: int, stop: int, seed: int = 0):
-        self.stop_ids, self.vocab, self.rng = [stop], vocab, random.Random(seed)
+    def __init__(self, ordinary: range, stop: int, seed: int = 0):
+        self.stop_ids, self.ordinary, self.rng = [stop], ordinary, random.Random(seed)
 
     def generate(self, prompts, max_new_tokens, generator=None, *, session=None):
         out = []
         for i in range(len(prompts)):
             n = max_new_tokens if i % 3 else self.rng.randint(1, max_new_tokens - 1)
-            row = [self.rng.randrange(self.vocab) for _ in range(n)]
+            row = [self.rng.choice(self.ordinary) for _ in range(n)]
             out.append(row if i % 3 else row + self.stop_ids)
         return out
 
 
-@pytest.fixture(scope="module")
-def qwen_chats(qwen_dir):
-    from transformers import AutoTokenizer
+def byte_bpe():
+    """A tiny byte-level BPE with a ChatML template, trained here: random ids of it rarely survive decode +
+    encode, as with Qwen's tokenizer, so the tests below need nothing from outside the project."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
 
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["You are copy A of a two-person team solving a math word problem together.",
+              "Message from B: 12 apples and 7 pears. Write your message to A (at most 160 tokens).",
+              "This is your last message. Give your final answer, with the number in \\boxed{}."] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    out.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return out, len(out)
+
+
+@pytest.fixture(scope="module", params=["byte-level BPE", "Qwen2.5"])
+def qwen_chats(request):
     from talktosolve.micro.task import make_problems
 
-    tok = AutoTokenizer.from_pretrained(qwen_dir)
-    engine = RandomEngine(150000, tok.convert_tokens_to_ids("<|im_end|>"))
+    if request.param == "Qwen2.5":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(request.getfixturevalue("qwen_dir"))
+        ordinary = range(150000)
+    else:
+        tok, n = byte_bpe()
+        ordinary = range(2, n)  # after the two special tokens
+    engine = RandomEngine(ordinary, tok.convert_tokens_to_ids("<|im_end|>"))
     cfg = make_config("paper", {"chat": {"max_message_tokens": 24, "max_final_tokens": 12}})
     chats = play_chats(make_problems("test", 6, seed=0), "chat", (Player(engine, tok), Player(engine, tok)),
                        cfg.chat, chats_per_problem=2, seed=0)
@@ -70,3 +95,22 @@ def test_a_later_view_continues_from_the_sampled_ids(qwen_chats):
 def test_speakers_alternate(qwen_chats):
     _, chats = qwen_chats
     assert all([t.speaker for t in c.turns] == list(SPEAKERS) for c in chats)
+
+
+def test_a_message_whose_ids_do_not_read_as_its_text_is_encoded_whole():
+    """A special token inside a message is not in its shown text: its copy's next view is encoded from text."""
+    from talktosolve.micro.task import make_problems
+
+    tok, n = byte_bpe()
+    engine = RandomEngine(range(0, n), tok.convert_tokens_to_ids("<|im_end|>"), seed=3)  # <|im_start|> may appear
+    cfg = make_config("paper", {"chat": {"max_message_tokens": 40, "max_final_tokens": 8}})
+    chats = play_chats(make_problems("test", 8, seed=1), "chat", (Player(engine, tok), Player(engine, tok)),
+                       cfg.chat, chats_per_problem=2, seed=0)
+    whole = 0
+    for c in chats:
+        for later in (2, 3):
+            first, view_ids = c.turns[later - 2], c.turns[later].prompt_ids
+            if tok.convert_tokens_to_ids("<|im_start|>") in first.completion_ids:
+                whole += 1
+                assert view_ids == tok(render_view(tok, c.turns[later].view), add_special_tokens=False)["input_ids"]
+    assert whole > 0
