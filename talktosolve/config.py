@@ -303,7 +303,7 @@ def validate(cfg: Config) -> None:
         problems.append(f"parallel_runs is {cfg.parallel_runs}; it must be at least 1.")
     if t.microbatch_tokens < 0:
         problems.append(f"train.microbatch_tokens is {t.microbatch_tokens}; use 0 (micro-batches by chats) or a "
-                        "token budget such as 16384.")
+                        "token budget such as 12288 (the default).")
     if t.steps < 0:
         problems.append(f"train.steps is {t.steps}; it must be 0 or more.")
     if t.chats_per_problem < 2:
