@@ -2,8 +2,8 @@
 
 A random-init model from the given config (bf16, LoRA r=32 as the preset trains it), 32 rows as in a train
 step's turn. Times prefill (one new token) and decode (per step, from a 129-token call minus a 1-token call)
-at two view lengths, with the prefill layer compiled (the default on CUDA) and eager, then prints the CUDA
-kernels of one replayed decode step and of one prefill. Writes JSON.
+at two view lengths, with prefill's blocks around attention compiled (the default on CUDA) and eager, then prints
+the CUDA kernels of one replayed decode step and of one prefill. Writes JSON.
 
     python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
 """
@@ -53,10 +53,10 @@ def main():
     views = {n: [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(B)] for n in (600, 1100)}
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
     engines = {}
-    for name, prefill in (("compiled prefill", None), ("eager prefill", fe._prefill_layer)):
+    for name, blocks in (("compiled prefill blocks", None), ("eager prefill", (fe._qkv, fe._mlp_out))):
         eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True)
-        if prefill is not None:
-            eng._prefill_layer = prefill
+        if blocks is not None:
+            eng._blocks = blocks
         engines[name] = eng
         gen = torch.Generator(device="cuda").manual_seed(0)
         for n, v in views.items():  # compile (both lengths: dynamic shapes) and capture before timing
@@ -68,7 +68,7 @@ def main():
                    "prefill_tflops": 2 * n_linear * B * n / one / 1e12}
             res["rows"].append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    eng = engines["compiled prefill"]
+    eng = engines["compiled prefill blocks"]
     s = next(iter(eng.graphs.values()))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
