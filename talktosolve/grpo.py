@@ -118,7 +118,7 @@ def microbatches(rows: list[Sequence], chats_per_microbatch: int, max_tokens: in
     spans = 0
     for row in sorted(rows, key=lambda r: len(r.ids)):
         if max_tokens > 0:  # rows come shortest first, so this row sets the padded width
-            width = -(-len(row.ids) // pad_multiple) * pad_multiple
+            width = _round_up(len(row.ids), pad_multiple)
             if batch and (len(batch) + 1) * width > max_tokens:
                 out.append(batch)
                 batch = []
@@ -138,6 +138,10 @@ PAD_MULTIPLE = 64
 
 def _pad_multiple(device) -> int:
     return PAD_MULTIPLE if torch.device(device).type == "cuda" else 1
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
 
 
 def attention_kernels():
@@ -160,7 +164,7 @@ def _pad_right(rows: list, pad_id: int, device):
     tokens, and padded positions are never read, so the backbone runs unmasked (flash attention on a GPU
     instead of the masked memory-efficient kernel, and no [B, 1, T, T] mask to build)."""
     rows = [r if isinstance(r, Sequence) else to_sequences([r])[0] for r in rows]
-    width = -(-max(len(r.ids) for r in rows) // _pad_multiple(device)) * _pad_multiple(device)
+    width = _round_up(max(len(r.ids) for r in rows), _pad_multiple(device))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     comp = torch.zeros((len(rows), width), dtype=torch.bool)
     adv = []
