@@ -51,7 +51,7 @@ def byte_bpe():
 
 
 @pytest.fixture(scope="module", params=["byte-level BPE", "Qwen2.5"])
-def qwen_chats(request):
+def random_chats(request):
     from talktosolve.micro.task import make_problems
 
     if request.param == "Qwen2.5":
@@ -69,19 +69,19 @@ def qwen_chats(request):
     return tok, chats
 
 
-def test_every_prompt_reads_as_the_view_it_records(qwen_chats):
+def test_every_prompt_reads_as_the_view_it_records(random_chats):
     """Up to the tokenizer's own normalisation (Qwen's NFC), which encoding any text applies."""
-    tok, chats = qwen_chats
+    tok, chats = random_chats
     for c in chats:
         for t in c.turns:
             assert nfc(tok.decode(t.prompt_ids)) == nfc(render_view(tok, t.view))
 
 
-def test_a_later_view_continues_from_the_sampled_ids(qwen_chats):
+def test_a_later_view_continues_from_the_sampled_ids(random_chats):
     """Random byte-level tokens rarely survive decode + encode, yet a copy's second view holds its first view and
     its first message's own ids (the message is shown exactly as they decode), so the learner reads that message
     inside the later view's row."""
-    tok, chats = qwen_chats
+    tok, chats = random_chats
     for c in chats:
         for later in (2, 3):
             first = c.turns[later - 2]
@@ -92,8 +92,8 @@ def test_a_later_view_continues_from_the_sampled_ids(qwen_chats):
     assert len(rows) == 2 * len(chats)
 
 
-def test_speakers_alternate(qwen_chats):
-    _, chats = qwen_chats
+def test_speakers_alternate(random_chats):
+    _, chats = random_chats
     assert all([t.speaker for t in c.turns] == list(SPEAKERS) for c in chats)
 
 
