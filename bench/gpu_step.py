@@ -74,6 +74,9 @@ def main():
                     default=[(_microbatch("t12288"), False), (_microbatch("c2"), False)],
                     help="train-loop settings to time, as MB:ckpt|nockpt pairs, MB being tN (N padded tokens per "
                          "micro-batch) or cN (N chats per micro-batch); default t12288:nockpt,c2:nockpt")
+    ap.add_argument("--eval-batches", type=lambda x: [int(v) for v in x.split(",") if v], default=[128, 300],
+                    help="eval.batch_chats values to time a whole paper-preset evaluation at (default 128,300; "
+                         "the projection uses the preset's)")
     ap.add_argument("--steps", type=int, default=5, help="train-loop steps to time (the first includes compiling)")
     args = ap.parse_args()
 
@@ -115,7 +118,7 @@ def main():
                                           max_new_tokens=n, min_new_tokens=n, pad_token_id=0, **kw)
         gen(4)()
         ms = decode_ms(gen(1), gen(n_new), n_new)
-        rows.append(("decode/stock_dynamic", b, ms))
+        rows.append(("decode/stock_dynamic", b, ms, prompt_len))
         if not args.skip_static:
             try:
                 # Each cache length is its own compiled graph: warm up both timed calls (twice: the second call
@@ -123,28 +126,36 @@ def main():
                 for n in (1, n_new, 1, n_new):
                     gen(n, cache_implementation="static")()
                 ms = decode_ms(gen(1, cache_implementation="static"), gen(n_new, cache_implementation="static"), n_new)
-                rows.append(("decode/stock_static", b, ms))
+                rows.append(("decode/stock_static", b, ms, prompt_len))
             except Exception as e:  # noqa: BLE001 - record, keep benchmarking
                 res["stock_static_error"] = repr(e)[:300]
-    # ---- decode: the fast engine, plain model and through a LoRA adapter (refresh included)
+    # ---- decode: the fast engine, plain model and through a LoRA adapter (refresh included); its attention
+    # kernel against its portable attention, at the bench prompt and at a final turn's view length
     cfg = make_config("paper")
     lora_model = make_trainable(model, cfg.model)
-    for b, compiled in ((32, False), (32, True), (128, True)):
+    for b, compiled, kernel, n_prompt in ((32, False, True, prompt_len), (32, True, False, prompt_len),
+                                          (32, True, True, prompt_len), (32, True, False, 1100),
+                                          (32, True, True, 1100), (128, True, False, prompt_len),
+                                          (128, True, True, prompt_len), (128, True, False, 1100),
+                                          (128, True, True, 1100)):
         eng = StaticEngine(lora_model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True,
-                           compile=compiled)
-        prompts = batch(b)
+                           compile=compiled, attention_kernel=kernel)
+        prompts = batch(b, n_prompt)
         gen_ = torch.Generator(device="cuda").manual_seed(0)
-        cap = prompt_len + 384  # one KV shape for both timed calls: the graph is captured (and compiled) once
+        cap = n_prompt + 384  # one KV shape for both timed calls: the graph is captured (and compiled) once
         eng.generate(prompts, 384, gen_, capacity=cap)
         eng.generate(prompts, 1, gen_, capacity=cap)
         ms = decode_ms(lambda: eng.generate(prompts, 1, gen_, capacity=cap),
                        lambda: eng.generate(prompts, 384, gen_, capacity=cap), 384)
-        rows.append(("decode/fast" if compiled else "decode/fast_eager", b, ms))
+        name = "decode/fast" if compiled else "decode/fast_eager"
+        rows.append((name + ("" if kernel else "_portable_attention"), b, ms, n_prompt))
         t_ref, _ = cuda_time(eng.refresh)
         res[f"lora_refresh_ms_b{b}"] = 1000 * t_ref
         del eng
         torch.cuda.empty_cache()
-    res["decode"] = [{"engine": n, "batch": b, "ms_per_step": ms, "tokens_per_s": b * 1000 / ms} for n, b, ms in rows]
+    # 384 tokens decoded after the prompt: the cache fills from n_prompt to n_prompt + 383 columns
+    res["decode"] = [{"engine": n, "batch": b, "prompt_tokens": n_prompt, "ms_per_step": ms,
+                      "tokens_per_s": b * 1000 / ms} for n, b, ms, n_prompt in rows]
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print("decode:", res["decode"], flush=True)
     # ---- decode: where a step's time goes (one eager step of the compiled layers, under the profiler)
@@ -213,13 +224,8 @@ def main():
 
     stock = next(r for r in res["decode"] if r["engine"] == "decode/stock_dynamic")
     fast32 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 32)
-    fast128 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 128)
     res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
-    # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
-    # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) of
-    # 300 problems x 2 chats in batches of 128, at the measured batch-128 decode speed (1088 decode steps each).
-    eval_s = 14 * -(-600 // 128) * (1088 * fast128["ms_per_step"] / 1000)
-    res["steps"] = []
+    res["steps"], res["eval"] = [], []
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
         with torch.device("cuda"):
@@ -227,6 +233,32 @@ def main():
         m.save_pretrained(f"{tmp}/model")
         tok.save_pretrained(f"{tmp}/model")
         del m
+        # ---- evaluation as the recipe runs it: 300 held-out problems x 2 chats at maximum lengths, after a
+        # one-batch evaluation that compiles and captures (the recipe's evaluations run in one process)
+        from talktosolve.evaluate import evaluate
+
+        for batch_chats in args.eval_batches:
+            over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
+                    "data": {"gsm8k": args.gsm8k}, "eval": {"batch_chats": batch_chats}}
+            cfg = make_config("paper", over)
+            _, test_set, _ = load_problems(cfg, Path(tmp) / "data")
+            warm = make_config("paper", {**over, "eval": {"batch_chats": batch_chats, "n_problems": batch_chats // 2}})
+            evaluate(warm, test_set, Path(tmp) / f"eval-warm-{batch_chats}", progress=False)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            summary = evaluate(cfg, test_set, Path(tmp) / f"eval-{batch_chats}", progress=False)
+            row = {"batch_chats": batch_chats, "chats": summary["n_chats"], "seconds": time.perf_counter() - t0,
+                   "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
+            res["eval"].append(row)
+            Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+            print("eval", row, flush=True)
+        # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
+        # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) as
+        # timed above at the preset's batch of chats (cross-play loads a second model: not counted).
+        preset_eval = next((r for r in res["eval"] if r["batch_chats"] == make_config("paper").eval.batch_chats),
+                           res["eval"][0] if res["eval"] else None)
+        eval_s = 14 * preset_eval["seconds"] if preset_eval else float("nan")
         for mb, ckpt in args.step_settings:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -259,15 +291,19 @@ def main():
                    "learn_row_tokens": median("perf/learn_row_tokens"), "learn_row_tokens_per_s": learn_tps,
                    "learn_share_of_bf16_peak_989": 4 * n_params * learn_tps / 989e12,
                    "projection": {"train_gpu_minutes": 6 * 80 * step_s / 60,
-                                  "eval_gpu_minutes_decode_only": eval_s / 60,
+                                  "eval_gpu_minutes": eval_s / 60,
                                   "recipe_gpu_minutes": (6 * 80 * step_s + eval_s) / 60, "seed_gpu_minutes": 567.8}}
             res["steps"].append(row)
             Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
             print("step", {k: v for k, v in row.items() if k != "steps"}, flush=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-    print(f"{'what':<24}{'batch':>6}{'ms/step':>10}{'tok/s':>10}")
+    print(f"{'what':<44}{'batch':>6}{'prompt':>7}{'ms/step':>10}{'tok/s':>10}")
     for r in res["decode"]:
-        print(f"{r['engine']:<24}{r['batch']:>6}{r['ms_per_step']:>10.2f}{r['tokens_per_s']:>10.0f}")
+        print(f"{r['engine']:<44}{r['batch']:>6}{r['prompt_tokens']:>7}{r['ms_per_step']:>10.2f}"
+              f"{r['tokens_per_s']:>10.0f}")
+    for r in res["eval"]:
+        print(f"evaluation, {r['chats']} chats in batches of {r['batch_chats']}: {r['seconds']:.1f} s, "
+              f"peak {r['peak_gb']:.1f} GB")
     for L in res["learn_variants"]:
         print(f"{L['variant']}: {L['tokens']} tokens in {L['seconds']:.2f} s = {L['tokens_per_s']:.0f} tok/s, "
               f"{L['tflops']:.0f} TFLOP/s ({100 * L['share_of_bf16_peak_989']:.0f}% of 989), "

@@ -3,7 +3,9 @@
 A random-init model from the given config (bf16, LoRA r=32 as the preset trains it), 32 rows as in a train
 step's turn. Times prefill (one new token) and decode (per step, from a 129-token call minus a 1-token call)
 at two view lengths, with prefill's blocks around attention compiled (the default on CUDA) and eager, then prints
-the CUDA kernels of one replayed decode step and of one prefill. Writes JSON.
+the CUDA kernels of one replayed decode step and of one prefill. With `--compare attention`, the two engines
+are the decode attention kernel (`decode_attention`, the default where Triton runs) and the portable attention,
+and the decode step's kernels are printed for both. Writes JSON.
 
     python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
 """
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--compare", choices=("prefill", "attention"), default="prefill")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -53,8 +56,12 @@ def main():
     views = {n: [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(B)] for n in (600, 1100)}
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
     engines = {}
-    for name, blocks in (("compiled prefill blocks", None), ("eager prefill", (fe._qkv, fe._mlp_out))):
-        eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True)
+    if args.compare == "prefill":
+        variants = (("compiled prefill blocks", None, None), ("eager prefill", (fe._qkv, fe._mlp_out), None))
+    else:
+        variants = (("attention kernel", None, True), ("portable attention", None, False))
+    for name, blocks, kernel in variants:
+        eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, attention_kernel=kernel)
         if blocks is not None:
             eng._blocks = blocks
         engines[name] = eng
@@ -68,15 +75,15 @@ def main():
                    "prefill_tflops": 2 * n_linear * B * n / one / 1e12}
             res["rows"].append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    eng = engines["compiled prefill blocks"]
-    s = next(iter(eng.graphs.values()))
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            s["graph"].replay()
-        torch.cuda.synchronize()
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90)
-    print("decode step x5 (graph replay):\n" + table, flush=True)
-    res["decode_kernels"] = table.splitlines()
+    for name in list(engines)[:1 if args.compare == "prefill" else 2]:
+        s = next(iter(engines[name].graphs.values()))
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                s["graph"].replay()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90)
+        print(f"decode step x5 (graph replay), {name}:\n" + table, flush=True)
+        res["decode_kernels" + ("" if args.compare == "prefill" else f"/{name}")] = table.splitlines()
     for name, e in engines.items():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             e.generate(views[1100], 1, torch.Generator(device="cuda").manual_seed(0), capacity=1280)

@@ -58,11 +58,15 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
     tokenizer = load_tokenizer(cfg.model)
     model_a = load_player_model(cfg, player_a, device)
     model_b = model_a if player_b == player_a else load_player_model(cfg, player_b, device)
-    players = tuple(
-        Player(make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
-                           temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                           kind=cfg.chat.engine), tokenizer)
-        for m in (model_a, model_b))
+
+    def player(m):
+        return Player(make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
+                                  temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                                  kind=cfg.chat.engine), tokenizer)
+
+    # One engine serves both copies when they are one model (as in training: each copy keeps its own KV
+    # session), so its sampling weights and KV cache are held once, not twice.
+    players = (player(model_a),) * 2 if model_b is model_a else (player(model_a), player(model_b))
     began = time.perf_counter()
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []

@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from talktosolve import decode_attention
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 
 SUPPORTED = ("qwen2", "llama", "mistral")
@@ -94,16 +95,24 @@ def _mlp_out(x, attn, ln2, w_o, w_gu, w_down, eps):
     return x + F.linear(F.silu(gate) * up, w_down)
 
 
-def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, col, mask,
-                  n_heads: int, n_kv: int, head_dim: int, eps: float):
-    """One layer for one new token per row. x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool."""
+def _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads: int, n_kv: int, head_dim: int,
+                eps: float):
+    """The new token's q [B, Hkv, G, D], its K/V written into cache column `col`. x [B, 1, H]; caches
+    [B, Hkv, L, D]. The G query heads that share a KV head become G query rows of that head (HF's layout: query
+    head h reads KV head h // G), so attention never copies K/V per query head."""
     B = x.shape[0]
     q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
     k_cache.index_copy_(2, col, k)
     v_cache.index_copy_(2, col, v)
-    # Grouped-query attention without copying K/V per query head: the G query heads that share a KV head
-    # become G query rows of that head (HF's layout: query head h reads KV head h // G).
-    q = q.reshape(B, n_kv, n_heads // n_kv, head_dim)  # [B, Hkv, G, D]
+    return q.reshape(B, n_kv, n_heads // n_kv, head_dim)
+
+
+def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, col, mask,
+                  n_heads: int, n_kv: int, head_dim: int, eps: float):
+    """One layer for one new token per row, portable attention (the engine uses `decode_attention` instead
+    where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool."""
+    B = x.shape[0]
+    q = _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps)
     if q.is_cuda:
         # Two matmuls and a masked softmax, which torch.compile fuses: for one query row per head the SDPA
         # kernels are launch-heavy (on an H200 they were a quarter of the step, which ran 24% slower with them).
@@ -113,6 +122,11 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
     else:  # on a CPU, eager, SDPA's fused kernel is the faster one (3.6 against 4.6 ms a step, micro model)
         a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G, D]
     return _mlp_out(x, a.reshape(B, 1, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+
+
+def _decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float):
+    """The rest of a decode layer after attention: a [B, Hkv, G, D] -> the layer's output [B, 1, H]."""
+    return _mlp_out(x, a.reshape(x.shape[0], 1, -1), ln2, w_o, w_gu, w_down, eps)
 
 
 def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
@@ -208,7 +222,7 @@ class StaticEngine:
     """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring)."""
 
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
-                 record_logprobs=False, compile: bool | None = None):
+                 record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None):
         self.model = model
         self.stop_ids = sorted(set(stop_ids))
         self.pad_id = pad_id
@@ -248,6 +262,14 @@ class StaticEngine:
         # to eager over a run's many view lengths).
         self.compiled = self.device.type == "cuda" if compile is None else compile
         self._decode = torch.compile(_decode_layer) if self.compiled else _decode_layer
+        # The decode step's attention: the Triton kernel where it runs (`decode_attention`), else the layer's
+        # portable matmul/SDPA path. Around the kernel, the layer's two halves are compiled apart.
+        self.attention_kernel = (decode_attention.available(self.device) if attention_kernel is None
+                                 else attention_kernel)
+        if self.attention_kernel and not decode_attention.available(self.device):
+            raise ValueError("attention_kernel=True needs Triton and a CUDA device (or TRITON_INTERPRET=1)")
+        self._decode_halves = ((torch.compile(_decode_qkv), torch.compile(_decode_out)) if self.compiled
+                               else (_decode_qkv, _decode_out))
         # Prefill runs without a graph (its shapes change every call); its element-wise passes over [B, S, H]
         # and [B, S, 2I] blocks (norms, rotary, SwiGLU) are fused by compiling the blocks around attention, with
         # dynamic shapes (one compilation serves every call). Attention and the cache writes stay eager:
@@ -347,11 +369,20 @@ class StaticEngine:
         s["valid"].index_fill_(1, s["col"], True)
         x = F.embedding(s["tok"][:, None], self.embed)  # [B, 1, H]
         cos, sin = self.rotary(x, s["pos"])
-        cols = slice(None, upto)
-        mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
-        for i, w in enumerate(self.layers):
-            x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
-                             s["col"], mask, **self._dims())
+        if self.attention_kernel:  # attends over exactly the filled columns: 0..col (`upto` is implied)
+            qkv, out = self._decode_halves
+            filled = s["col"] + 1  # [1]
+            for i, w in enumerate(self.layers):
+                q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
+                        **self._dims())
+                a = decode_attention.attend(q, s["k"][i], s["v"][i], s["valid"], filled)  # [B, Hkv, G, D]
+                x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps)
+        else:
+            cols = slice(None, upto)
+            mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
+            for i, w in enumerate(self.layers):
+                x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
+                                 s["col"], mask, **self._dims())
         tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
@@ -431,6 +462,10 @@ class StaticEngine:
             first = T - lengths  # [B] column of each row's first prompt token
             for key in ("k", "v"):
                 _place(s[key], getattr(session, key), first, held, T)
+        if session is not None:
+            # The held K/V are in the pool now (or of no use): free them before prefill and decode, which
+            # would otherwise run with the copy's old cache in memory beside the pool (8 GB at 300 chats).
+            session.ids = session.k = session.v = None
         positions = held[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
         cols = torch.arange(T, device=dev)
         s["valid"].zero_()

@@ -76,16 +76,18 @@ def test_lora_weights_are_merged_exactly_and_refreshed():
         assert g == stock_greedy(model, p, 8)
 
 
-def check_logprobs(model, device, atol):
-    engine = StaticEngine(model, stop_ids=[96], pad_id=0, force_max_length=True, record_logprobs=True)
-    batch = prompts(97, [6, 13, 21])
+def check_logprobs(model, device, atol, lengths=(6, 13, 21), n=10, **engine_options):
+    vocab = model.config.vocab_size
+    engine = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, force_max_length=True, record_logprobs=True,
+                          **engine_options)
+    batch = prompts(vocab, lengths)
     gen = torch.Generator(device=device).manual_seed(0)
-    outs = engine.generate(batch, 10, gen)
+    outs = engine.generate(batch, n, gen)
     sampler = engine.last_logprobs  # [B, T]
     samples = [Sample(p, o, 0.0, i) for i, (p, o) in enumerate(zip(batch, outs))]
     ids, comp, _ = _pad_right(samples, 0, device)
     with torch.no_grad():
-        learner = token_logprobs(model, ids, comp).view(len(batch), 10)
+        learner = token_logprobs(model, ids, comp).view(len(batch), n)
     torch.testing.assert_close(learner.float(), sampler, atol=atol, rtol=0)
 
 
@@ -127,6 +129,76 @@ def test_kv_pool_regrows_in_a_fresh_process():
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", GROW_SCRIPT], cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def check_attention_kernel(device, dtype, atol):
+    """`decode_attention.attend` against masked softmax attention in fp32: left padding, chunks past the filled
+    columns (skipped), a block with no attended column, G not a power of two, one filled column."""
+    from talktosolve.decode_attention import attend
+
+    g = torch.Generator().manual_seed(0)
+    for B, H, G, D, L, n in [(3, 2, 2, 16, 256, 200), (2, 2, 6, 128, 384, 300), (2, 1, 1, 32, 128, 1),
+                             (2, 2, 3, 64, 512, 129)]:
+        q, k, v = (torch.randn(shape, generator=g).to(device, dtype) for shape in
+                   ((B, H, G, D), (B, H, L, D), (B, H, L, D)))
+        valid = torch.zeros(B, L, dtype=torch.bool)
+        for b in range(B):  # row b's tokens begin at column 70 b: its first block may attend nothing
+            valid[b, min(70 * b, n - 1):n] = True
+        valid = valid.to(device)
+        got = attend(q, k, v, valid, torch.tensor([n], device=device))
+        scores = torch.einsum("bhgd,bhld->bhgl", q.float(), k.float()) * D ** -0.5
+        scores = scores.masked_fill(~valid[:, None, None], float("-inf"))
+        want = torch.einsum("bhgl,bhld->bhgd", scores.softmax(-1), v.float())
+        assert got.dtype == dtype and got.shape == q.shape
+        torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
+
+
+KERNEL_SCRIPT = """
+import torch
+from tests.test_fast_engine import check_attention_kernel, check_greedy, check_logprobs, check_session, tiny
+from talktosolve.fast_engine import StaticEngine
+assert StaticEngine(tiny(), stop_ids=[96], pad_id=0).attention_kernel, "the engine should pick the kernel"
+check_attention_kernel("cpu", torch.float32, atol=1e-5)
+check_greedy(tiny(), "cpu")
+check_logprobs(tiny(), "cpu", atol=1e-4)
+check_session(tiny(layers=3))
+print("ok")
+"""
+
+
+def test_decode_attention_kernel_under_the_triton_interpreter():
+    """The Triton kernels, run on a CPU by Triton's interpreter (in a subprocess: it is chosen at import): the
+    attention itself, then the engine using them gives stock `generate`'s greedy tokens and the learner's
+    log-probs, with and without a session's reused cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]' on Linux x86-64)")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", KERNEL_SCRIPT], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_decode_attention_kernel_on_gpu():
+    """The kernel in bf16 at the paper model's head shape (G = 6, D = 128) and others, against fp32 attention;
+    and in a Qwen-shaped engine (12 heads over 2 KV heads of 128) over prompts of 7 to 1,000 tokens, the
+    sampler's log-probs equal the learner's to bf16 tolerance, as with the portable attention."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    check_attention_kernel("cuda", torch.bfloat16, atol=2e-2)
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=512, hidden_size=1536, intermediate_size=1024, num_hidden_layers=2,
+                      num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096)
+    model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    # Teacher-forced: the learner scores the very tokens the sampler drew (free-running bf16 outputs of two
+    # attention implementations may part at a near-tie and never meet again).
+    for kernel in (True, False):
+        check_logprobs(model, "cuda", atol=0.1, lengths=(40, 300, 7, 1000), n=40, attention_kernel=kernel)
 
 
 def test_a_session_reads_only_the_new_tokens_and_changes_nothing():

@@ -1,0 +1,117 @@
+"""The decode step's attention alone, on a GPU: the Triton kernel's launch configurations against the engine's
+portable attention (two matmuls and a masked softmax, compiled), at the paper model's head shape (2 KV heads,
+6 query heads each, head dimension 128, bf16).
+
+Each variant is captured 20 times in one CUDA graph and replayed (as inside the engine's decode graph, so launch
+overhead is not counted); `gb_per_s` is the filled columns' K and V bytes over the time. Shapes: batch 32
+(training) and 128 / 300 (evaluation), caches of 768 and 1,536 columns, 80% filled, rows starting at random
+columns (left padding). Every configuration is checked against fp32 attention first.
+
+  python bench/profile_attention.py --out attention.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+from pathlib import Path
+
+import torch
+
+
+def portable(q, k, v, mask):
+    """`fast_engine._decode_layer`'s CUDA attention. q [B, Hkv, G, D]; caches [B, Hkv, L, D]; mask [B, 1, 1, L]."""
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
+    return torch.matmul(probs, v)
+
+
+def graph_ms(fn, repeat=20, replays=5):
+    """Milliseconds per call of `fn` replayed from one CUDA graph holding `repeat` calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeat):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / (repeat * replays)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batches", default="32,128,300")
+    ap.add_argument("--lengths", default="768,1536")
+    args = ap.parse_args()
+
+    import triton
+
+    from talktosolve.decode_attention import attend
+
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "rows": []}
+    H, G, D = 2, 6, 128
+    compiled = torch.compile(portable)
+    configs = [dict(block=b, chunk=c, num_warps=w, num_stages=s)
+               for b, c, w, s in itertools.product((32, 64, 128), (128, 256, 512), (4, 8), (1, 2, 3)) if c >= b]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for B, L in itertools.product([int(x) for x in args.batches.split(",")], [int(x) for x in args.lengths.split(",")]):
+        filled = int(0.8 * L)
+        q = torch.randn(B, H, G, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        first = torch.randint(0, 100, (B,), device="cuda", generator=g)
+        cols = torch.arange(L, device="cuda")
+        valid = (cols[None] >= first[:, None]) & (cols[None] < filled)
+        n = torch.tensor([filled], device="cuda")
+        scores = torch.einsum("bhgd,bhld->bhgl", q.float(), k.float()) * D ** -0.5
+        want = torch.einsum("bhgl,bhld->bhgd", scores.masked_fill(~valid[:, None, None], float("-inf")).softmax(-1),
+                            v.float())
+        nbytes = 2 * valid.sum().item() * H * D * 2  # K and V of the attended columns, bf16
+        mask = valid[:, None, None]
+        ms = graph_ms(lambda: compiled(q, k, v, mask))
+        err = (compiled(q, k, v, mask).float() - want).abs().max().item()
+        rows = [{"variant": "portable (compiled matmuls, all L columns)", "ms": ms, "max_err": err}]
+        for c in configs:
+            try:
+                err = (attend(q, k, v, valid, n, **c).float() - want).abs().max().item()
+                ms = graph_ms(lambda: attend(q, k, v, valid, n, **c))
+            except Exception as e:  # noqa: BLE001 - a configuration the compiler rejects: record, go on
+                rows.append({"variant": "kernel", **c, "error": repr(e)[:200]})
+                continue
+            rows.append({"variant": "kernel", **c, "ms": ms, "max_err": err})
+        for r in rows:
+            if "ms" in r:
+                r.update(batch=B, columns=L, filled=filled, gb_per_s=nbytes / r["ms"] / 1e6)
+        rows.sort(key=lambda r: r.get("ms", float("inf")))
+        res["rows"] += rows
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+        base = next(r for r in rows if r["variant"].startswith("portable"))
+        print(f"\nbatch {B}, {L} columns ({filled} filled): portable {base['ms'] * 1000:.1f} us "
+              f"({base['gb_per_s']:.0f} GB/s of filled K/V)", flush=True)
+        for r in [r for r in rows if r["variant"] == "kernel" and "ms" in r][:6]:
+            print(f"  block {r['block']:>3} chunk {r['chunk']:>3} warps {r['num_warps']} stages {r['num_stages']}: "
+                  f"{r['ms'] * 1000:7.1f} us {r['gb_per_s']:6.0f} GB/s  err {r['max_err']:.1e}", flush=True)
+        default = next((r for r in rows if r.get("block") == 64 and r.get("chunk") == 128 and r.get("num_warps") == 4
+                        and r.get("num_stages") == 2 and "ms" in r), None)
+        if default:
+            print(f"  current default (64/128/4/2): {default['ms'] * 1000:.1f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
