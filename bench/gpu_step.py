@@ -6,15 +6,21 @@ message lengths are forced to their maximum (random text never stops). Measured 
   decode/stock_dynamic   transformers `generate`, default dynamic cache, sampling (the baseline)
   decode/stock_static    `generate` with cache_implementation="static" (auto-compiled; both timed calls warmed up twice)
   decode/fast_eager      talktosolve's StaticEngine without torch.compile (CUDA graph decode, Gumbel-max)
-  decode/fast            the same with each decode layer compiled (the default on CUDA)
+  decode/fast            the same with each decode layer compiled (the default on CUDA), at batch 32 and 128,
+                         after prompts of 300 and 1,100 tokens
+  decode/..._portable_attention   the same without the attention kernel (`decode_attention`)
   learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens,
                          decoder layers compiled (the default on a GPU), micro-batches of the preset's token
                          budget (train.microbatch_tokens)
   learn/...              the same eager, by 2 or 4 chats per micro-batch, and with gradient checkpointing
+  eval                   a whole paper-preset evaluation (300 problems x 2 chats) per --eval-batches entry
   steps                  the real `train` loop for --steps steps (default 5): 8 x 4 chats x 4 turns at
                          160/160/384/384 tokens; steady state = median of the steps after the first; once
                          per --step-settings entry (micro-batching, gradient checkpointing), with the learning
                          phase's own tokens/s (its rows are a max-length chat's views, longer than `learn`'s)
+
+The projected GPU time of the paper recipe is 6 x 80 steady steps plus 14 evaluations as timed at the preset's
+eval.batch_chats.
 
 Prints a table and writes JSON (with date, GPU and library versions). Usage:
   python bench/gpu_step.py --model-dir DIR_WITH_CONFIG_AND_TOKENIZER --gsm8k GSM8K_DIR --out bench.json

@@ -24,7 +24,9 @@ paper preset's shape, where stock `generate` is launch-bound (issue 7 measured 5
 Prefill (the prompt) runs without a graph through the same layer math. On CUDA each decode layer is also passed
 through `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
 launch-bound decode step is made of, and so are prefill's blocks around attention; q|k|v and gate|up run as one
-matmul each over stacked weight buffers.
+matmul each over stacked weight buffers. Where Triton runs, the decode step's attention is
+`decode_attention.attend`, which reads only the cache columns filled so far (the layer's two halves around it
+are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a CPU).
 
 - **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
   a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
