@@ -135,9 +135,10 @@ class EvalConfig:
     """Held-out problems evaluated (the first n of the test set)."""
     chats_per_problem: int = 2
     """Chats per held-out problem; both copies are graded, so 2 chats give 4 answers."""
-    batch_chats: int = 300
-    """Chats generated together (a memory knob: larger batches decode more tokens per weight read). 300 runs
-    the paper preset's 600 chats in two batches, within 40 GB on an H200 at maximum message lengths."""
+    batch_chats: int = 128
+    """Chats generated together (a memory knob: larger batches decode more tokens per weight read). At the paper
+    preset's maximum message lengths on an H200, 128 peaks at 29 GB in cross-play (two models, two engines);
+    300 is a fifth faster but peaks at 53 GB there (`bench/gpu_eval.py`)."""
     seed: int = 1234
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
 
