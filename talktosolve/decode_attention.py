@@ -16,8 +16,8 @@ cannot hold. Hence this kernel, written by hand:
 
 Columns are attended when they are below the filled count and marked in `valid` [B, L] (left padding is not).
 Scores are exact fp32 products of the bf16 inputs; the exponentials enter the value product rounded to the
-cache's dtype, as the portable path's probabilities do. `available()` is False without Triton or CUDA, and the
-engine then keeps the portable path.
+cache's dtype, as the portable path's probabilities do. `available()` is False without Triton or CUDA, or for a head
+size the kernel cannot tile, and the engine then keeps the portable path.
 
 Measured on an H200 (README, GPU speed): at batch 32, where reading the weights dominates a decode step, it is
 even with the portable path (2-3% faster steps); at batch 128 decode steps are 24-25% faster, which is what
@@ -42,11 +42,13 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 
 
-def available(device: torch.device) -> bool:
+def available(device: torch.device, head_dim: int) -> bool:
+    """Whether `attend` runs here for this head size (Triton, on CUDA or under its interpreter)."""
     import os
 
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"  # tests run the kernels on a CPU this way
-    return triton is not None and (device.type == "cuda" or interpreted)
+    shape_ok = head_dim >= 16 and head_dim & (head_dim - 1) == 0  # tl.dot and tl.arange: a power of two >= 16
+    return triton is not None and (device.type == "cuda" or interpreted) and shape_ok
 
 
 if triton is not None:

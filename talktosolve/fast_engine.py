@@ -266,10 +266,11 @@ class StaticEngine:
         self._decode = torch.compile(_decode_layer) if self.compiled else _decode_layer
         # The decode step's attention: the Triton kernel where it runs (`decode_attention`), else the layer's
         # portable matmul/SDPA path. Around the kernel, the layer's two halves are compiled apart.
-        self.attention_kernel = (decode_attention.available(self.device) if attention_kernel is None
-                                 else attention_kernel)
-        if self.attention_kernel and not decode_attention.available(self.device):
-            raise ValueError("attention_kernel=True needs Triton and a CUDA device (or TRITON_INTERPRET=1)")
+        runs = decode_attention.available(self.device, self.head_dim)
+        self.attention_kernel = runs if attention_kernel is None else attention_kernel
+        if self.attention_kernel and not runs:
+            raise ValueError("attention_kernel=True needs Triton, a CUDA device (or TRITON_INTERPRET=1) and a "
+                             f"power-of-two head dimension of at least 16 (this model's: {self.head_dim})")
         self._decode_halves = ((torch.compile(_decode_qkv), torch.compile(_decode_out)) if self.compiled
                                else (_decode_qkv, _decode_out))
         # Prefill runs without a graph (its shapes change every call); its element-wise passes over [B, S, H]

@@ -183,6 +183,18 @@ def test_decode_attention_kernel_under_the_triton_interpreter():
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
+def test_the_engine_keeps_the_portable_attention_where_the_kernel_cannot_run(monkeypatch):
+    from talktosolve import decode_attention
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not decode_attention.available(torch.device("cpu"), 128)  # no interpreter: a CPU has no Triton kernel
+    assert not decode_attention.available(torch.device("cuda"), 80)  # not a power of two
+    assert not decode_attention.available(torch.device("cuda"), 8)  # below tl.dot's 16
+    assert not StaticEngine(tiny(), stop_ids=[96], pad_id=0).attention_kernel
+    with pytest.raises(ValueError, match="head dimension"):
+        StaticEngine(tiny(), stop_ids=[96], pad_id=0, attention_kernel=True)
+
+
 @pytest.mark.gpu
 def test_decode_attention_kernel_on_gpu():
     """The kernel in bf16 at the paper model's head shape (G = 6, D = 128) and others, against fp32 attention;
