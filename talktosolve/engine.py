@@ -19,6 +19,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from talktosolve.policy import base_model
+
 
 def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row from softmax(logits / temperature). logits: [B, V] -> [B]."""
@@ -81,7 +83,7 @@ class Engine:
         self.temperature = temperature
         self.force_max_length = force_max_length
         # transformers renamed `past_key_values` to `cache` (5.2x); speak whichever this version's forward takes.
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = base_model(model)
         self._cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
     @property

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from talktosolve import decode_attention
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
+from talktosolve.policy import base_model
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256
@@ -55,7 +56,7 @@ MAX_GRAPHS = 16
 def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto"):
     """`kind` auto: the static engine for supported architectures (CUDA graphs on a GPU, the same step run
     eagerly on a CPU, where it is still faster than transformers' forward), the portable `Engine` otherwise."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     supported = getattr(base.config, "model_type", "") in SUPPORTED
     if kind == "fast" and not supported:
         raise ValueError(f"chat.engine=fast supports {SUPPORTED} models, not `{base.config.model_type}`; use auto.")
@@ -233,7 +234,7 @@ class StaticEngine:
         self.greedy = greedy
         self.record_logprobs = record_logprobs
         self.last_logprobs = None
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = base_model(model)
         cfg = base.config
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

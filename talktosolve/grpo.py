@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from talktosolve.policy import base_model
+
 
 @dataclass
 class Sample:
@@ -188,7 +190,7 @@ def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 10
     trained tokens, best kept on the CPU: their positions are then found with no device synchronisation."""
     if bool(comp[:, 0].any()):
         raise ValueError("a trained token in column 0 has no token before it to be predicted from")
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     backbone, head = base.get_decoder(), base.get_output_embeddings()
     where = comp.flatten().nonzero().squeeze(1).to(ids.device, non_blocking=True)  # [n] flat positions
     # use_cache=False: a training pass has no use for a KV cache (it would cost memory, and guard compiled layers).

@@ -127,6 +127,11 @@ def make_trainable(model, cfg: ModelConfig):
     return get_peft_model(model, lora)
 
 
+def base_model(model):
+    """The transformers model under a PEFT wrapper (or the model itself when it is not wrapped)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def compile_layers(model, cfg: ModelConfig, device: torch.device, *, static_sampler: bool) -> bool:
     """Compile every decoder layer in place (`nn.Module.compile`: parameter names and checkpoints unchanged).
 
@@ -138,7 +143,7 @@ def compile_layers(model, cfg: ModelConfig, device: torch.device, *, static_samp
     token, which compiled layers would answer with recompilations."""
     if cfg.compile == "off" or (cfg.compile == "auto" and not (device.type == "cuda" and static_sampler)):
         return False
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     layers = getattr(base.get_decoder(), "layers", None)
     if layers is None:
         raise ModelError(f"model.compile={cfg.compile}: `{type(base).__name__}` has no decoder `layers` to compile; "
