@@ -261,7 +261,8 @@ def main():
             print("eval", row, flush=True)
         # Projection of the whole paper recipe at maximum message lengths (a worst case: real messages stop early):
         # 6 runs x 80 steps at the measured step time, and 14 evaluations (2 base, 6 trained, 6 cross-play) as
-        # timed above at the preset's batch of chats (cross-play loads a second model: not counted).
+        # timed above at the preset's batch of chats, all of one model (cross-play's second model and engine cost a
+        # little more: bench/gpu_eval.py times both).
         preset_eval = next((r for r in res["eval"] if r["batch_chats"] == make_config("paper").eval.batch_chats),
                            res["eval"][0] if res["eval"] else None)
         eval_s = 14 * preset_eval["seconds"] if preset_eval else float("nan")

@@ -41,8 +41,9 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     compile: str = "auto"
     """torch.compile each decoder layer for the learner: `auto` (on a GPU, when the static engine samples, as
-    it does for Qwen2/Llama-style models unless chat.engine=portable), `on`, `off`. On a GPU the eager update is bound by Python launching thousands of small kernels;
-    compiled layers fuse them (the first steps pay the compilation)."""
+    it does for Qwen2/Llama-style models unless chat.engine=portable), `on`, `off`. On a GPU the eager update
+    is bound by Python launching thousands of small kernels; compiled layers fuse them (the first steps pay the
+    compilation)."""
 
 
 @dataclass

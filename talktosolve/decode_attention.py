@@ -26,6 +26,8 @@ evaluation's large batches gain. `bench/profile_attention.py` times the launch c
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
@@ -42,13 +44,15 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 
 
+def _tiles(head_dim: int) -> bool:
+    """tl.arange and tl.dot need the head dimension a power of two of at least 16."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
 def available(device: torch.device, head_dim: int) -> bool:
     """Whether `attend` runs here for this head size (Triton, on CUDA or under its interpreter)."""
-    import os
-
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"  # tests run the kernels on a CPU this way
-    shape_ok = head_dim >= 16 and head_dim & (head_dim - 1) == 0  # tl.dot and tl.arange: a power of two >= 16
-    return triton is not None and (device.type == "cuda" or interpreted) and shape_ok
+    return triton is not None and (device.type == "cuda" or interpreted) and _tiles(head_dim)
 
 
 if triton is not None:
@@ -135,7 +139,7 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid:
     L = k_cache.shape[2]
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("attend needs the head dimension contiguous in q and the caches")
-    if D < 16 or D & (D - 1):
+    if not _tiles(D):
         raise ValueError(f"attend needs a power-of-two head dimension of at least 16, not {D}")
     if chunk % block:
         raise ValueError(f"chunk ({chunk}) must be a multiple of block ({block})")

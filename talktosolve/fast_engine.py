@@ -114,7 +114,6 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
                   n_heads: int, n_kv: int, head_dim: int, eps: float):
     """One layer for one new token per row, portable attention (the engine uses `decode_attention` instead
     where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool."""
-    B = x.shape[0]
     q = _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps)
     if q.is_cuda:
         # Two matmuls and a masked softmax, which torch.compile fuses: for one query row per head the SDPA
@@ -124,7 +123,7 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
         a = torch.matmul(probs, v_cache)  # [B, Hkv, G, D]
     else:  # on a CPU, eager, SDPA's fused kernel is the faster one (3.6 against 4.6 ms a step, micro model)
         a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G, D]
-    return _mlp_out(x, a.reshape(B, 1, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+    return _decode_out(x, a, ln2, w_o, w_gu, w_down, eps)
 
 
 def _decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float):
