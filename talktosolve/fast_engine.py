@@ -79,10 +79,23 @@ def _rotate(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps):
-    """Normed input -> rotated q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D] (one fused matmul)."""
+def _linear(x, w, b=None, lora=None):
+    """`F.linear`, plus, in slot mode, each row block's own LoRA term. x [B, T, in]; lora (A [R, in, r],
+    B [R, r, out], the scale folded into B) or None: the batch's B rows are R equal contiguous blocks, block j
+    read through adapter j (one batched matmul pair for all blocks)."""
+    y = F.linear(x, w, b)
+    if lora is None:
+        return y
+    a, b_up = lora
+    h = x.reshape(a.shape[0], -1, x.shape[-1])  # [R, B/R * T, in]
+    return y + torch.bmm(torch.bmm(h, a), b_up).view(y.shape)
+
+
+def _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora=None):
+    """Normed input -> rotated q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D] (one fused matmul).
+    `lora`: the q|k|v slot adapters (see `_linear`), or None."""
     B, T, _ = x.shape
-    qkv = F.linear(_rms(x, ln1, eps), w_qkv, b_qkv)
+    qkv = _linear(_rms(x, ln1, eps), w_qkv, b_qkv, lora)
     q, k, v = qkv.split([n_heads * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
     q = q.view(B, T, n_heads, head_dim).transpose(1, 2)
     k = k.view(B, T, n_kv, head_dim).transpose(1, 2)
@@ -91,30 +104,34 @@ def _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps):
     return q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin, v
 
 
-def _mlp_out(x, attn, ln2, w_o, w_gu, w_down, eps):
-    """Residual attention output, then the residual SwiGLU MLP (gate and up in one matmul)."""
-    x = x + F.linear(attn, w_o)
-    gate, up = F.linear(_rms(x, ln2, eps), w_gu).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, w_down)
+def _mlp_out(x, attn, ln2, w_o, w_gu, w_down, eps, lora=None):
+    """Residual attention output, then the residual SwiGLU MLP (gate and up in one matmul). `lora`: the slot
+    adapters of o, gate|up and down (see `_linear`), or None."""
+    o, gu, down = lora if lora is not None else (None, None, None)
+    x = x + _linear(attn, w_o, None, o)
+    gate, up = _linear(_rms(x, ln2, eps), w_gu, None, gu).chunk(2, dim=-1)
+    return x + _linear(F.silu(gate) * up, w_down, None, down)
 
 
 def _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads: int, n_kv: int, head_dim: int,
-                eps: float):
+                eps: float, lora=None):
     """The new token's q [B, Hkv, G, D], its K/V written into cache column `col`. x [B, 1, H]; caches
     [B, Hkv, L, D]. The G query heads that share a KV head become G query rows of that head (HF's layout: query
     head h reads KV head h // G), so attention never copies K/V per query head."""
     B = x.shape[0]
-    q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
+    q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora)
     k_cache.index_copy_(2, col, k)
     v_cache.index_copy_(2, col, v)
     return q.reshape(B, n_kv, n_heads // n_kv, head_dim)
 
 
 def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, col, mask,
-                  n_heads: int, n_kv: int, head_dim: int, eps: float):
+                  n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
     """One layer for one new token per row, portable attention (the engine uses `decode_attention` instead
-    where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool."""
-    q = _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps)
+    where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool; lora: the layer's four slot
+    adapters (q|k|v, o, gate|up, down) or None."""
+    lora_qkv, lora_out = (lora[0], lora[1:]) if lora is not None else (None, None)
+    q = _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps, lora_qkv)
     if q.is_cuda:
         # Two matmuls and a masked softmax, which torch.compile fuses: for one query row per head the SDPA
         # kernels are launch-heavy (on an H200 they were a quarter of the step, which ran 24% slower with them).
@@ -123,23 +140,24 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
         a = torch.matmul(probs, v_cache)  # [B, Hkv, G, D]
     else:  # on a CPU, eager, SDPA's fused kernel is the faster one (3.6 against 4.6 ms a step, micro model)
         a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G, D]
-    return _decode_out(x, a, ln2, w_o, w_gu, w_down, eps)
+    return _decode_out(x, a, ln2, w_o, w_gu, w_down, eps, lora_out)
 
 
-def _decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float):
+def _decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float, lora=None):
     """The rest of a decode layer after attention: a [B, Hkv, G, D] -> the layer's output [B, 1, H]."""
-    return _mlp_out(x, a.reshape(x.shape[0], 1, -1), ln2, w_o, w_gu, w_down, eps)
+    return _mlp_out(x, a.reshape(x.shape[0], 1, -1), ln2, w_o, w_gu, w_down, eps, lora)
 
 
 def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
-                   qkv, mlp_out, n_heads: int, n_kv: int, head_dim: int, eps: float):
+                   qkv, mlp_out, n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
     """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; writes the
     real tokens' K/V (`real` [B, S] bool) into cache columns T-S..T-1, leaving a row's padding columns alone
     (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool. `qkv` and
-    `mlp_out` are `_qkv` and `_mlp_out`, or compiled versions of them."""
+    `mlp_out` are `_qkv` and `_mlp_out`, or compiled versions of them; lora as in `_decode_layer`."""
     B, S, _ = x.shape
     T = mask.shape[-1]
-    q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps)
+    lora_qkv, lora_out = (lora[0], lora[1:]) if lora is not None else (None, None)
+    q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora_qkv)
     keep = real[:, None, :, None]  # [B, 1, S, 1]
     k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
     v_cache[:, :, T - S:T].copy_(torch.where(keep, v, v_cache[:, :, T - S:T]))
@@ -148,7 +166,7 @@ def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cac
     if group > 1:
         keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
     a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, D]
-    return mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps)
+    return mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps, lora_out)
 
 
 def _reusable(session, prompts: list[list[int]]) -> list[int]:
@@ -201,6 +219,40 @@ class _Fused:
                                    torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
                                    for b in bases]).clone()
 
+    def make_slots(self, n: int, alias: bool) -> None:
+        """Slot mode: the weight stays the base weight (aliased when `alias` and there is one part), and room is
+        made for `n` adapters, applied per row block by `_linear`: a [n, in, r_total] holds every part's A
+        side by side, b [n, r_total, out_total] every part's scale * B in its own block (zeros elsewhere)."""
+        if alias and len(self.parts) == 1:
+            self.weight = self.parts[0][1].weight.detach()
+        ranks = [m.lora_A[_only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
+        self.a = self.b = None
+        if ranks:
+            n_in, n_out, dt = self.weight.shape[1], self.weight.shape[0], self.weight.dtype
+            self.a = torch.zeros(n, n_in, sum(ranks), device=self.weight.device, dtype=dt)
+            self.b = torch.zeros(n, sum(ranks), n_out, device=self.weight.device, dtype=dt)
+
+    @torch.no_grad()
+    def store(self, slot: int) -> None:
+        """Copy the live adapter into slot `slot` (a no-op for a group without LoRA)."""
+        if self.a is None:
+            return
+        row = col = 0
+        for m, base, lora in self.parts:
+            n = base.weight.shape[0]
+            if lora:
+                name = _only_adapter(m)
+                a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, in], [out, r]
+                r = a.shape[0]
+                self.a[slot, :, col:col + r].copy_(a.t())
+                self.b[slot, col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
+                col += r
+            row += n
+
+    def slot_pair(self, n: int):
+        """The first `n` slots' (A, B) for `_linear`, or None for a group without LoRA."""
+        return None if self.a is None else (self.a[:n], self.b[:n])
+
     @torch.no_grad()
     def refresh(self):
         row = 0
@@ -220,11 +272,24 @@ class _Fused:
             row += n
 
 
+def _only_adapter(module) -> str:
+    names = [n for n in module.active_adapters if n in module.lora_A]
+    if len(names) != 1:
+        raise ValueError(f"slot mode reads one active LoRA adapter per layer; this layer has {names}")
+    return names[0]
+
+
 class StaticEngine:
-    """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring)."""
+    """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring).
+
+    `slots` > 0 turns on slot mode, for several training runs over one frozen base: the engine samples with the
+    base weights and holds `slots` LoRA adapters, each copied in from the live adapter by `store_adapter(j)`;
+    `generate(..., slots=n)` reads the batch as n equal contiguous row blocks, block j through adapter j, so
+    the runs' chats share every decode step (`_linear`). LoRA models only."""
 
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
-                 record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None):
+                 record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None,
+                 slots: int = 0):
         self.model = model
         self.stop_ids = sorted(set(stop_ids))
         self.pad_id = pad_id
@@ -243,6 +308,13 @@ class StaticEngine:
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
         head = base.get_output_embeddings()
+        self.slots = slots
+        if slots and not any(hasattr(m, "lora_A") for m in base.modules()):
+            raise ValueError("slot mode (several runs' adapters in one engine) needs a LoRA model; "
+                             "full fine-tuning trains one run per process")
+        if slots and hasattr(head, "lora_A"):
+            raise ValueError("slot mode does not support a LoRA adapter on the output head; leave lm_head out "
+                             "of model.lora_targets")
         self.head = _Fused([head]) if hasattr(head, "lora_A") else None
         self.head_weight = head.weight
         self.layers = []
@@ -253,9 +325,13 @@ class StaticEngine:
                 "qkv": _Fused([at.q_proj, at.k_proj, at.v_proj]), "o": _Fused([at.o_proj]),
                 "gate_up": _Fused([mlp.gate_proj, mlp.up_proj]), "down": _Fused([mlp.down_proj]),
             })
+            if slots:
+                for key in ("qkv", "o", "gate_up", "down"):
+                    self.layers[-1][key].make_slots(slots, alias=True)
+        self._slot_views: dict[int, list] = {}
         self._stamp = None
         self.stop = torch.tensor(self.stop_ids, device=self.device)
-        self.graphs: dict[tuple[int, int], dict] = {}
+        self.graphs: dict[tuple[int, int, int], dict] = {}  # (rows, KV length, slots)
         self.pool: torch.Tensor | None = None
         # torch.compile fuses each decode layer's small element-wise kernels (norms, rotary, SwiGLU), which is
         # what a launch-bound decode step is made of; one compiled layer serves all layers (same shapes).
@@ -292,6 +368,8 @@ class StaticEngine:
 
         Skipped when no parameter changed since the last refresh: every in-place write (an optimizer step, a
         loaded checkpoint) bumps a tensor's version counter, so four turns of one step refresh once."""
+        if self.slots:  # the weights are the frozen base's; adapters come in through `store_adapter`
+            return
         stamp = tuple(p._version for p in self.model.parameters())
         if stamp == self._stamp:
             return
@@ -302,6 +380,23 @@ class StaticEngine:
         if self.head is not None:
             self.head.refresh()
 
+    def store_adapter(self, slot: int) -> None:
+        """Slot mode: copy the model's live adapter into slot `slot` (what rows of block `slot` will read)."""
+        if not 0 <= slot < self.slots:
+            raise ValueError(f"slot {slot} is outside this engine's {self.slots} slots")
+        for layer in self.layers:
+            for key in ("qkv", "o", "gate_up", "down"):
+                layer[key].store(slot)
+
+    def _lora(self, n: int) -> list:
+        """Per layer, the (q|k|v, o, gate|up, down) slot adapters of the first `n` slots; Nones when n is 0."""
+        if not n:
+            return [None] * len(self.layers)
+        if n not in self._slot_views:
+            self._slot_views[n] = [tuple(w[key].slot_pair(n) for key in ("qkv", "o", "gate_up", "down"))
+                                   for w in self.layers]
+        return self._slot_views[n]
+
     # --------------------------------------------------------------------------------------------- forward
     def _layer_args(self, w):
         return (w["ln1"], w["ln2"], w["qkv"].weight, w["qkv"].bias, w["o"].weight, w["gate_up"].weight,
@@ -310,12 +405,12 @@ class StaticEngine:
     def _dims(self):
         return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
 
-    def _prefill(self, ids, positions, k_cache, v_cache, mask, real):
+    def _prefill(self, ids, positions, k_cache, v_cache, mask, real, slots: int = 0):
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
-        for i, w in enumerate(self.layers):
+        for i, (w, lora) in enumerate(zip(self.layers, self._lora(slots))):
             x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
-                               **self._dims())
+                               **self._dims(), lora=lora)
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
 
     def _pick(self, hidden):
@@ -375,17 +470,18 @@ class StaticEngine:
         if self.attention_kernel:  # attends over exactly the filled columns: 0..col (`upto` is implied)
             qkv, out = self._decode_halves
             filled = s["col"] + 1  # [1]
-            for i, w in enumerate(self.layers):
+            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s["slots"]))):
+                lora_qkv, lora_out = (lora[0], lora[1:]) if lora is not None else (None, None)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
-                        **self._dims())
+                        **self._dims(), lora=lora_qkv)
                 a = decode_attention.attend(q, s["k"][i], s["v"][i], s["valid"], filled)  # [B, Hkv, G, D]
-                x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps)
+                x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps, lora_out)
         else:
             cols = slice(None, upto)
             mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
-            for i, w in enumerate(self.layers):
+            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s["slots"]))):
                 x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
-                                 s["col"], mask, **self._dims())
+                                 s["col"], mask, **self._dims(), lora=lora)
         tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
@@ -398,14 +494,14 @@ class StaticEngine:
         s["col"].add_(1)
         s["step"].add_(1)
 
-    def _graph(self, B, L):
-        key = (B, L)
+    def _graph(self, B, L, slots: int = 0):
+        key = (B, L, slots)
         if key in self.graphs:
             return self.graphs[key]
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
-        s["graph"] = None
+        s["graph"], s["slots"] = None, slots
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
             self.graphs[key] = s
             return s
@@ -426,21 +522,29 @@ class StaticEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
                  generator: torch.Generator | None = None, *, capacity: int = 0,
-                 session: Session | None = None) -> list[list[int]]:
+                 session: Session | None = None, slots: int = 0) -> list[list[int]]:
         """`capacity` (optional) is the least KV length to allocate: callers that want one graph shape pass it.
 
         `session` (optional): one copy's `Session`. A row whose prompt begins with the tokens the session holds
-        for it (its last prompt and message) reads only the rest; the session then holds this call's rows."""
+        for it (its last prompt and message) reads only the rest; the session then holds this call's rows.
+
+        `slots` (slot mode, required there): the prompts are that many equal contiguous blocks, block j sampled
+        through the adapter in slot j."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if self.slots and not (0 < slots <= self.slots and len(prompts) % slots == 0):
+            raise ValueError(f"this engine holds {self.slots} adapters: pass slots=n (1..{self.slots}) with the "
+                             f"prompts in n equal blocks ({len(prompts)} prompts, slots={slots})")
+        if slots and not self.slots:
+            raise ValueError("slots= needs an engine built in slot mode (StaticEngine(..., slots=n))")
         from talktosolve.grpo import attention_kernels
 
         with attention_kernels():
-            return self._generate(prompts, max_new_tokens, generator, capacity, session)
+            return self._generate(prompts, max_new_tokens, generator, capacity, session, slots)
 
-    def _generate(self, prompts, max_new_tokens, generator, capacity, session=None):
+    def _generate(self, prompts, max_new_tokens, generator, capacity, session=None, slots=0):
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
             if self.device.type == "cuda":
@@ -452,7 +556,7 @@ class StaticEngine:
         B, T = len(prompts), max(len(p) for p in prompts)
         bucket = BUCKET if dev.type == "cuda" else CPU_BUCKET
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
-        s = self._graph(B, L)
+        s = self._graph(B, L, slots)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
         # cache, the rest (a left-padded block of S columns ending at T) goes through the layers.
         reuse = _reusable(session, prompts)
@@ -479,7 +583,7 @@ class StaticEngine:
         causal = cols[None, :] <= query_cols[:, None]  # [S, T]
         pmask = (causal[None] & s["valid"][:, None, :T]) | (cols[None, None, :] == query_cols[None, :, None])
         pmask = pmask[:, None]  # [B, 1, S, T]
-        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool()))
+        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool(), slots))
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)

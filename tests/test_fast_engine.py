@@ -155,13 +155,15 @@ def check_attention_kernel(device, dtype, atol):
 
 KERNEL_SCRIPT = """
 import torch
-from tests.test_fast_engine import check_attention_kernel, check_greedy, check_logprobs, check_session, tiny
+from tests.test_fast_engine import (_lora_model, check_attention_kernel, check_greedy, check_logprobs, check_session,
+                                    check_slots, tiny)
 from talktosolve.fast_engine import StaticEngine
 assert StaticEngine(tiny(), stop_ids=[96], pad_id=0).attention_kernel, "the engine should pick the kernel"
 check_attention_kernel("cpu", torch.float32, atol=1e-5)
 check_greedy(tiny(), "cpu")
 check_logprobs(tiny(), "cpu", atol=1e-4)
 check_session(tiny(layers=3))
+check_slots(_lora_model(), "cpu", atol=1e-4)
 print("ok")
 """
 
@@ -199,7 +201,7 @@ def test_the_engine_keeps_the_portable_attention_where_the_kernel_cannot_run(mon
 def test_decode_attention_kernel_on_gpu():
     """The kernel in bf16 at the paper model's head shape (G = 6, D = 128) and others, against fp32 attention;
     and in a Qwen-shaped engine (12 heads over 2 KV heads of 128) over prompts of 7 to 1,000 tokens, the
-    sampler's log-probs equal the learner's to bf16 tolerance, as with the portable attention."""
+    sampler's log-probs equal the learner's to bf16 tolerance, as with the portable attention; and slot mode (three adapters in one graph) as on a CPU."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     check_attention_kernel("cuda", torch.bfloat16, atol=2e-2)
@@ -268,3 +270,74 @@ def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
     assert seen[0][1] == 0 and seen[1][1] == 0, "a copy's first turn has nothing to reuse"
     for total, reused in seen[2:]:
         assert reused > total / 2, (total, reused)
+
+
+def _lora_model(r=4, layers=2, device="cpu", dtype=torch.float32):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(tiny(device=device, dtype=dtype, layers=layers),
+                          LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear"))
+
+
+def _set_adapter_weights(model, seed):
+    """Fill the live adapter with run `seed`'s weights (both A and B, so every LoRA term matters)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g).to(p) * 0.3)
+
+
+def check_slots(model, device, atol):
+    """Three adapters in one slot-mode engine: each row block samples greedily what its own adapter, merged
+    into a single-adapter engine, samples; and the sampler's log-probs equal the learner's under that adapter."""
+    vocab = model.config.vocab_size
+    runs = 3
+    blocks = [prompts(vocab, [5, 17], seed=10 + j) for j in range(runs)]
+    slot = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True, slots=runs)
+    expected = []
+    for j in range(runs):
+        _set_adapter_weights(model, j)
+        slot.store_adapter(j)
+        single = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True)
+        expected += single.generate(blocks[j], 9)
+    got = slot.generate([p for b in blocks for p in b], 9, slots=runs)
+    assert got == expected
+    assert len({tuple(map(tuple, got[2 * j:2 * j + 2])) for j in range(runs)}) == runs, "adapters must differ"
+    # Fewer slots than the engine holds: the first n.
+    assert slot.generate([p for b in blocks[:2] for p in b], 9, slots=2) == expected[:4]
+
+    sampler = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, force_max_length=True, record_logprobs=True,
+                           slots=runs)
+    for j in range(runs):
+        _set_adapter_weights(model, j)
+        sampler.store_adapter(j)
+    batch = [p for b in blocks for p in b]
+    outs = sampler.generate(batch, 7, torch.Generator(device=device).manual_seed(0), slots=runs)
+    for j in range(runs):
+        _set_adapter_weights(model, j)
+        rows = range(2 * j, 2 * j + 2)
+        samples = [Sample(batch[i], outs[i], 0.0, i) for i in rows]
+        ids, comp, _ = _pad_right(samples, 0, device)
+        with torch.no_grad():
+            learner = token_logprobs(model, ids, comp).view(2, 7)
+        torch.testing.assert_close(learner.float(), sampler.last_logprobs[2 * j:2 * j + 2], atol=atol, rtol=0)
+
+
+def test_slot_mode_samples_each_block_through_its_own_adapter_cpu():
+    check_slots(_lora_model(), "cpu", atol=1e-4)
+
+
+def test_slot_mode_refuses_what_it_cannot_do():
+    engine = StaticEngine(_lora_model(), stop_ids=[96], pad_id=0, slots=2)
+    batch = prompts(97, [4, 5, 6])
+    with pytest.raises(ValueError, match="equal blocks"):
+        engine.generate(batch, 3, slots=2)  # 3 rows do not split into 2 blocks
+    with pytest.raises(ValueError, match="equal blocks"):
+        engine.generate(batch[:2], 3)  # slots missing
+    with pytest.raises(ValueError, match="outside"):
+        engine.store_adapter(2)
+    with pytest.raises(ValueError, match="slot mode"):
+        StaticEngine(tiny(), stop_ids=[96], pad_id=0).generate(batch, 3, slots=1)
+    with pytest.raises(ValueError, match="LoRA model"):
+        StaticEngine(tiny(), stop_ids=[96], pad_id=0, slots=2)
