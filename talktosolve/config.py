@@ -128,6 +128,13 @@ class TrainConfig:
     """Clip the global gradient norm to this (0 disables)."""
     checkpoint_every: int = 20
     """Save a resumable checkpoint every this many steps (and at the end)."""
+    runs_per_process: int = 1
+    """The recipe trains up to this many (arm, seed) runs side by side in one process, over one frozen base
+    (LoRA only): every step samples all their chats together, one decode step for all rows, each row read
+    through its own run's adapter, then each run learns its own adapter with its own optimizer. Decode is
+    bound by reading the weights, so 6 runs cost far less than 6 times one (bench/gpu_step.py). The runs then
+    share the sampler's random stream, so their chats differ from those of runs trained one at a time: the
+    setting is part of each run's key. 1: one run at a time."""
 
 
 @dataclass
@@ -304,6 +311,14 @@ def validate(cfg: Config) -> None:
             problems.append(f"{name} is {value}; it must be at least 1.")
     if cfg.parallel_runs < 1:
         problems.append(f"parallel_runs is {cfg.parallel_runs}; it must be at least 1.")
+    if t.runs_per_process < 1:
+        problems.append(f"train.runs_per_process is {t.runs_per_process}; it must be at least 1.")
+    if t.runs_per_process > 1 and cfg.model.finetune != "lora":
+        problems.append("train.runs_per_process > 1 shares one frozen base between runs' LoRA adapters; with "
+                        "model.finetune=full set it to 1.")
+    if t.runs_per_process > 1 and cfg.parallel_runs > 1:
+        problems.append("set either parallel_runs (runs in separate processes) or train.runs_per_process (runs "
+                        "side by side in one process) above 1, not both.")
     if t.microbatch_tokens < 0:
         problems.append(f"train.microbatch_tokens is {t.microbatch_tokens}; use 0 (micro-batches by chats) or a "
                         "token budget such as 12288 (the default).")

@@ -53,16 +53,22 @@ CPU_BUCKET = 32
 MAX_GRAPHS = 16
 
 
-def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto"):
+def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto",
+                slots: int = 0):
     """`kind` auto: the static engine for supported architectures (CUDA graphs on a GPU, the same step run
-    eagerly on a CPU, where it is still faster than transformers' forward), the portable `Engine` otherwise."""
+    eagerly on a CPU, where it is still faster than transformers' forward), the portable `Engine` otherwise.
+    `slots` > 0: the static engine in slot mode (several runs' adapters), which the portable one has not."""
     base = base_model(model)
     supported = getattr(base.config, "model_type", "") in SUPPORTED
-    if kind == "fast" and not supported:
-        raise ValueError(f"chat.engine=fast supports {SUPPORTED} models, not `{base.config.model_type}`; use auto.")
+    if (kind == "fast" or slots) and not supported:
+        what = "chat.engine=fast" if kind == "fast" else "several runs in one process (train.runs_per_process)"
+        raise ValueError(f"{what} needs the static engine, which supports {SUPPORTED} models, not "
+                         f"`{base.config.model_type}`.")
+    if slots and kind == "portable":
+        raise ValueError("several runs in one process (train.runs_per_process > 1) need chat.engine auto or fast.")
     if kind == "fast" or (kind == "auto" and supported):
         return StaticEngine(model, stop_ids=stop_ids, pad_id=pad_id, temperature=temperature,
-                            force_max_length=force_max_length)
+                            force_max_length=force_max_length, slots=slots)
     return Engine(model, stop_ids=stop_ids, pad_id=pad_id, temperature=temperature,
                   force_max_length=force_max_length)
 

@@ -27,7 +27,7 @@ from talktosolve.evaluate import evaluate
 from talktosolve.stats import mean_ci, paired_delta_report
 from talktosolve.store import read_jsonl, write_json
 from talktosolve.tasks import load_problems, split_checks
-from talktosolve.train import train
+from talktosolve.train import train, train_runs
 
 CUT_MARGIN = 0.05
 """The cut arm counts as 'near the base or below' when its accuracy is at most the base pair's + this."""
@@ -53,6 +53,12 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
 
     if cfg.parallel_runs > 1:
         train_in_parallel(cfg, out)
+    elif cfg.train.runs_per_process > 1:
+        k = cfg.train.runs_per_process
+        runs = [(arm, seed, out / "runs" / run_name(arm, seed)) for arm in cfg.arms for seed in cfg.seeds]
+        for group in (runs[i:i + k] for i in range(0, len(runs), k)):  # fixed groups: a rerun resumes the same
+            train_runs(cfg, group, train_set, progress=progress,
+                       loggers=[loggers_for(run_name(a, s)) if loggers_for else () for a, s, _ in group])
     evals = {f"base-{arm}": ev(f"base-{arm}", arm) for arm in ("chat", "cut")}
     for arm in cfg.arms:
         for seed in cfg.seeds:

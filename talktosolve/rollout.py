@@ -69,6 +69,9 @@ class Player:
     engine: object
     tokenizer: object
     name: str = "policy"
+    slots: int = 0
+    """Slot mode (`StaticEngine(..., slots=n)`): the chats are this many equal blocks, block j sampled through
+    the adapter in the engine's slot j (several training runs sharing decode steps). 0: one model for all."""
 
 
 @dataclass
@@ -108,29 +111,34 @@ def _encode(tokenizer, views: list[list[dict]], earlier: list[_Said | None]) -> 
     return texts, [h + list(e) for h, e in zip(heads, encoded)]
 
 
-def play_chats(problems: list, arm: str, players: tuple[Player, Player], chat: ChatConfig, *,
+def play_chats(problems: list, arm: str | list[str], players: tuple[Player, Player], chat: ChatConfig, *,
                chats_per_problem: int, seed: int, progress=None) -> list[Chat]:
     """Play `chats_per_problem` chats on each problem; chats are grouped by problem, in order.
 
-    `problems` are records with `id`, `facts_a`, `facts_b`, `question`, `gold`. `seed` fixes the sampling
-    (a torch.Generator per turn), so the same call gives the same chats.
+    `problems` are records with `id`, `facts_a`, `facts_b`, `question`, `gold`; `arm` is one arm for all, or
+    one per problem (runs of both arms sharing decode steps). `seed` fixes the sampling (a torch.Generator per
+    turn), so the same call gives the same chats.
     """
-    chats = [Chat(p.id, k, arm, p.gold, {"A": Seat(list(p.facts_a), p.question), "B": Seat(list(p.facts_b), p.question)})
-             for p in problems for k in range(chats_per_problem)]
+    arms = [arm] * len(problems) if isinstance(arm, str) else list(arm)
+    if len(arms) != len(problems):
+        raise ValueError(f"{len(arms)} arms for {len(problems)} problems")
+    chats = [Chat(p.id, k, a, p.gold, {"A": Seat(list(p.facts_a), p.question), "B": Seat(list(p.facts_b), p.question)})
+             for p, a in zip(problems, arms) for k in range(chats_per_problem)]
     by_name = {"A": players[0], "B": players[1]}
     # Each copy's KV cache is carried to its next turn: its next view begins with its last view and message.
     sessions = {"A": Session(), "B": Session()}
     earlier: dict[str, list] = {"A": [None] * len(chats), "B": [None] * len(chats)}
     for turn, speaker in enumerate(SPEAKERS):
         player = by_name[speaker]
-        views = [view(c.seats[speaker], turn, c.messages, arm, chat) for c in chats]
+        views = [view(c.seats[speaker], turn, c.messages, c.arm, chat) for c in chats]
         rendered, prompts = _encode(player.tokenizer, views, earlier[speaker])
         limit = max_tokens(turn, chat)
         sessions[speaker].keep = not is_final(turn)  # a copy's final message is its last turn
         _check_length(player, prompts, limit, turn)
         device = getattr(player.engine, "device", torch.device("cpu"))
         generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
-        completions = player.engine.generate(prompts, limit, generator, session=sessions[speaker])
+        slots = {"slots": player.slots} if player.slots else {}
+        completions = player.engine.generate(prompts, limit, generator, session=sessions[speaker], **slots)
         stops = set(player.engine.stop_ids)
         texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
         bodies = [ids[:-1] if ids and ids[-1] in stops else ids for ids in completions]

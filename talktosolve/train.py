@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -40,8 +41,11 @@ class TrainingError(RuntimeError):
 
 
 def run_config(cfg: Config, arm: str, seed: int) -> dict:
-    """What determines a training run's outputs: the model, data, chat and train sections, the arm and seed."""
+    """What determines a training run's outputs: the model, data, chat and train sections, the arm and seed.
+    `train.runs_per_process` counts only when above 1 (so runs trained one at a time keep their keys)."""
     d = cfg.to_dict()
+    if d["train"]["runs_per_process"] == 1:
+        del d["train"]["runs_per_process"]
     return {"model": d["model"], "data": d["data"], "chat": d["chat"], "train": d["train"], "arm": arm,
             "seed": seed}
 
@@ -112,87 +116,156 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
+@dataclass
+class _Run:
+    """One (arm, seed) run of this process."""
+
+    arm: str
+    seed: int
+    dir: Path
+    key: str
+    loggers: tuple = ()
+    optimizer: torch.optim.Optimizer | None = None
+    start: int = 0
+    weights: list | None = None
+    """Its trainable tensors while the model holds another run's (runs sharing a process); None when alone."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm} seed {self.seed}"
+
+
 def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, progress: bool = True,
           loggers: tuple = ()) -> Path:
     """Train one arm/seed into `run_dir` (resuming it if it holds a checkpoint of the same config)."""
+    train_runs(cfg, [(arm, seed, run_dir)], problems, progress=progress, loggers=[loggers])
+    return Path(run_dir)
+
+
+def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *, progress: bool = True,
+               loggers: list[tuple] | None = None) -> None:
+    """Train (arm, seed, run_dir) runs side by side in this process, each into its own resumable folder.
+
+    One run is the plain loop. Several share one frozen base (LoRA only): each step their chats are sampled
+    together by a slot-mode engine (`StaticEngine(..., slots=n)`, one decode step for every run's rows), then
+    each run in turn has its adapter and optimizer state loaded into the model, learns, and is saved back. A run
+    resumes from its own last checkpoint; runs further along wait until the others reach their step.
+    """
     from tqdm.auto import tqdm
 
-    run_dir = Path(run_dir)
-    key = config_key(run_config(cfg, arm, seed))
-    if is_done(run_dir, cfg, arm, seed):
-        return run_dir
-    config_path = run_dir / "config.json"
-    if config_path.exists() and read_json(config_path).get("key") != key:
-        raise TrainingError(
-            f"{run_dir} holds a run of a different config. Use a new --out folder, or delete this one to start over."
-        )
+    loggers = loggers or [()] * len(runs)
+    pending = []
+    for (arm, seed, run_dir), logs in zip(runs, loggers):
+        run_dir = Path(run_dir)
+        if is_done(run_dir, cfg, arm, seed):
+            continue
+        key = config_key(run_config(cfg, arm, seed))
+        config_path = run_dir / "config.json"
+        if config_path.exists() and read_json(config_path).get("key") != key:
+            raise TrainingError(f"{run_dir} holds a run of a different config. Use a new --out folder, or delete "
+                                "this one to start over.")
+        pending.append(_Run(arm, seed, run_dir, key, logs))
+    if not pending:
+        return
     t = cfg.train
+    shared = len(pending) > 1
     device = resolve_device(cfg.device)
     rank, size = distributed.init(device.type)
     device = distributed.local_device(device)
     if t.problems_per_step % size:
         raise TrainingError(f"train.problems_per_step ({t.problems_per_step}) must be a multiple of the "
                             f"{size} processes, so that every rank plays whole problems.")
+    if shared and (size > 1 or cfg.model.finetune != "lora"):
+        raise TrainingError("several runs share a process only with LoRA (model.finetune=lora) in a single "
+                            "process; train them one at a time (train.runs_per_process=1).")
     main = rank == 0
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(config_path, {"key": key, "arm": arm, "seed": seed, **cfg.to_dict()})
+        for run in pending:
+            run.dir.mkdir(parents=True, exist_ok=True)
+            write_json(run.dir / "config.json", {"key": run.key, "arm": run.arm, "seed": run.seed, **cfg.to_dict()})
     if cfg.cpu_threads and device.type == "cpu":
         torch.set_num_threads(cfg.cpu_threads)
     tokenizer = load_tokenizer(cfg.model)
-    torch.manual_seed(seed)  # adapter initialisation
+    torch.manual_seed(pending[0].seed)  # adapter initialisation
     model = make_trainable(load_base(cfg.model, device), cfg.model)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
-
-    start = 0
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is not None:
-        start = _load_checkpoint(ckpt, model, optimizer)
-    if main:
-        for log in ("metrics.jsonl", "transcripts.jsonl"):
-            truncate_jsonl(run_dir / log, lambda row: row.get("step", -1) < start)
+    for run in pending:
+        if shared:
+            _fresh_adapter(model, run.seed)
+        run.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
+        ckpt = latest_checkpoint(run.dir)
+        if ckpt is not None:
+            run.start = _load_checkpoint(ckpt, model, run.optimizer)
+        if main:
+            for log in ("metrics.jsonl", "transcripts.jsonl"):
+                truncate_jsonl(run.dir / log, lambda row, start=run.start: row.get("step", -1) < start)
+        if shared:
+            run.weights = [p.detach().clone() for p in params]
 
     engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
                          temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                         kind=cfg.chat.engine)
+                         kind=cfg.chat.engine, slots=len(pending) if shared else 0)
     compile_layers(model, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
-    player = Player(engine, tokenizer, "policy")
     gpu = device.type == "cuda"
-    bar = tqdm(total=t.steps, initial=start, desc=f"train {arm} seed {seed}", disable=not (progress and main),
-               dynamic_ncols=True)
-    for step in range(start, t.steps):
+    first = min(run.start for run in pending)
+    desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
+    bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
+    for step in range(first, t.steps):
         began = time.perf_counter()
-        for group in optimizer.param_groups:  # a function of the step alone, so a resumed run needs no state
-            group["lr"] = learning_rate(t, step)
-        batch = distributed.shard(step_problems(problems, seed, step, t.problems_per_step), rank, size)
+        active = [run for run in pending if run.start <= step]  # a resumed run further along waits
+        batches = [distributed.shard(step_problems(problems, run.seed, step, t.problems_per_step), rank, size)
+                   for run in active]
         if gpu:
             torch.cuda.reset_peak_memory_stats(device)
         try:
-            chats = play_chats(batch, arm, (player, player), cfg.chat, chats_per_problem=t.chats_per_problem,
-                               seed=seed * 100_003 + step + rank * 1_000_000_007)
+            if shared:
+                for slot, run in enumerate(active):
+                    _swap_in(params, run)
+                    engine.store_adapter(slot)
+                player = Player(engine, tokenizer, "policy", slots=len(active))
+                seed = _shared_seed([run.seed for run in active], step)
+            else:
+                player = Player(engine, tokenizer, "policy")
+                seed = active[0].seed * 100_003 + step + rank * 1_000_000_007
+            chats = play_chats([p for b in batches for p in b], [run.arm for run, b in zip(active, batches) for _ in b],
+                               (player, player), cfg.chat, chats_per_problem=t.chats_per_problem, seed=seed)
             sampled = time.perf_counter()
-            if gpu:  # the two phases' peaks apart: they call for different remedies
-                peak_sample = torch.cuda.max_memory_allocated(device) / 2**30
-                torch.cuda.reset_peak_memory_stats(device)
-            G = t.chats_per_problem
-            adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
-            samples = []
-            for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
-                c.advantage = a
-                samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns]
-            n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
-            stats = grpo_update(model, optimizer, samples, pad_id=tokenizer.pad_token_id, n_tokens=n_tokens,
-                                chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
-                                microbatch_tokens=t.microbatch_tokens)
-            learned = time.perf_counter()
+            peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if gpu else None
+            per_run = len(chats) // len(active)
+            for j, run in enumerate(active):
+                learn_began = time.perf_counter()
+                if gpu:  # the two phases' peaks apart: they call for different remedies
+                    torch.cuda.reset_peak_memory_stats(device)
+                if shared:
+                    _swap_in(params, run)
+                for group in run.optimizer.param_groups:  # a function of the step alone: resuming needs no state
+                    group["lr"] = learning_rate(t, step)
+                mine = chats[j * per_run:(j + 1) * per_run]
+                stats = _learn(model, run.optimizer, mine, t, tokenizer.pad_token_id, device)
+                if shared:
+                    _swap_out(params, run)
+                learned = time.perf_counter()
+                # Sampling was shared: each run is charged its share of it.
+                sample_seconds = (sampled - began) / len(active)
+                transcripts = distributed.gather([{"step": step, **c.transcript()} for c in mine])
+                row = step_metrics(step, transcripts, stats, sample_seconds + learned - learn_began, sample_seconds,
+                                   learned - learn_began)
+                if shared:
+                    row["perf/shared_runs"] = len(active)
+                if gpu:
+                    peak_learn = torch.cuda.max_memory_allocated(device) / 2**30
+                    row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
+                                "perf/peak_learn_gb": peak_learn})
+                if main:
+                    _record(run, model, step, row, transcripts, t)
+                bar.set_postfix(reward=f"{row['train/reward']:.3f}", send=_fmt(row["talk/send"]))
         except NonFiniteLoss as e:
             bar.close()
-            kept = latest_checkpoint(run_dir)
+            kept = latest_checkpoint(run.dir)
             raise TrainingError(
-                f"Step {step}: {e}. The update was not applied; the last good checkpoint is "
+                f"{run.name}, step {step}: {e}. The update was not applied; the last good checkpoint is "
                 f"{kept or 'none (no checkpoint yet)'}. Lower train.lr or raise train.grad_clip's strictness "
                 "(a smaller value), then rerun the same command to resume."
             ) from e
@@ -201,39 +274,87 @@ def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, pr
             raise TrainingError(
                 f"Step {step}: the GPU ran out of memory. Lower train.chats_per_microbatch "
                 f"(now {t.chats_per_microbatch}) or train.microbatch_tokens (now {t.microbatch_tokens}; 0 means "
-                "by chats), turn on model.gradient_checkpointing, or lower "
-                "train.problems_per_step; rerun the same command to resume from the last checkpoint."
+                "by chats), turn on model.gradient_checkpointing, lower train.problems_per_step or "
+                f"train.runs_per_process (now {t.runs_per_process}); rerun the same command to resume from the "
+                "last checkpoint."
             ) from e
-        transcripts = distributed.gather([{"step": step, **c.transcript()} for c in chats])
-        row = step_metrics(step, transcripts, stats, time.perf_counter() - began, sampled - began, learned - sampled)
-        if gpu:
-            peak_learn = torch.cuda.max_memory_allocated(device) / 2**30
-            row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
-                        "perf/peak_learn_gb": peak_learn})
-        if main:
-            append_jsonl(run_dir / "transcripts.jsonl", transcripts)
-            append_jsonl(run_dir / "metrics.jsonl", [row])
-            for log in loggers:
-                log(row, step)
-            if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
-                _save_checkpoint(run_dir, model, optimizer, step + 1)
         distributed.barrier()
-        bar.set_postfix(reward=f"{row['train/reward']:.3f}", send=_fmt(row["talk/send"]))
         bar.update(1)
     bar.close()
+    for run in pending:
+        if shared:
+            _swap_in(params, run)
+        _finish(run, model, cfg, size, main)
+
+
+def _learn(model, optimizer, chats: list, t, pad_id: int, device):
+    """One GRPO update from one run's chats (grouped by problem): advantages, then the learner's samples."""
+    G = t.chats_per_problem
+    adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
+    samples = []
+    for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
+        c.advantage = a
+        samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns]
+    n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
+    return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
+                       chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
+                       microbatch_tokens=t.microbatch_tokens)
+
+
+def _record(run: _Run, model, step: int, row: dict, transcripts: list, t) -> None:
+    """A step's logs, then its checkpoint when one is due (the model holds this run's weights)."""
+    append_jsonl(run.dir / "transcripts.jsonl", transcripts)
+    append_jsonl(run.dir / "metrics.jsonl", [row])
+    for log in run.loggers:
+        log(row, step)
+    if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
+        _save_checkpoint(run.dir, model, run.optimizer, step + 1)
+
+
+def _finish(run: _Run, model, cfg: Config, size: int, main: bool) -> None:
+    """The trained weights into `final/`, then `done.json` (the model holds this run's weights)."""
     checksums = distributed.gather([weights_checksum(model)])
     if len(set(checksums)) != 1:
         raise TrainingError(f"ranks ended with different weights ({checksums}); this is a bug, please report it.")
     if main:
-        final_tmp = run_dir / ".final.tmp"
+        final_tmp = run.dir / ".final.tmp"
         shutil.rmtree(final_tmp, ignore_errors=True)
         save_policy(model, final_tmp, cfg.model)
-        shutil.rmtree(run_dir / "final", ignore_errors=True)
-        final_tmp.rename(run_dir / "final")
-        write_json(run_dir / "done.json", {"key": key, "steps": t.steps, "ranks": size,
+        shutil.rmtree(run.dir / "final", ignore_errors=True)
+        final_tmp.rename(run.dir / "final")
+        write_json(run.dir / "done.json", {"key": run.key, "steps": cfg.train.steps, "ranks": size,
                                            "weights_checksum": checksums[0]})
     distributed.barrier()
-    return run_dir
+
+
+@torch.no_grad()
+def _swap_in(params: list, run: _Run) -> None:
+    for p, w in zip(params, run.weights):
+        p.copy_(w)
+
+
+@torch.no_grad()
+def _swap_out(params: list, run: _Run) -> None:
+    for p, w in zip(params, run.weights):
+        w.copy_(p)
+
+
+def _fresh_adapter(model, seed: int) -> None:
+    """Re-initialise the LoRA adapter as PEFT does (A random, B zero), from `seed`: each run of a shared process
+    starts from its own initialisation, as it would alone."""
+    torch.manual_seed(seed)
+    for module in model.modules():
+        if hasattr(module, "reset_lora_parameters") and hasattr(module, "lora_A"):
+            for name in list(module.lora_A.keys()):
+                module.reset_lora_parameters(name, True)
+
+
+def _shared_seed(seeds: list[int], step: int) -> int:
+    """The sampling seed of a step shared by runs of these seeds (a function of the group and the step)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{sorted(seeds)}-{step}".encode()).hexdigest()
+    return int(digest[:15], 16)
 
 
 def weights_checksum(model) -> str:

@@ -82,3 +82,13 @@ def test_parallel_runs_train_in_separate_processes(tiny_model_dir, tmp_path):
     for name in ("chat-s0", "cut-s0"):
         assert (out / "runs" / name / "done.json").exists()
     validate_results(json.loads((out / "results.json").read_text()))
+
+
+def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tmp_path):
+    out = tmp_path / "rec"
+    assert recipe(tiny_model_dir, out, "train.runs_per_process=2", "seeds=0", "train.steps=1",
+                  "model.finetune=lora") == 0
+    for name in ("chat-s0", "cut-s0"):
+        rows = [json.loads(line) for line in (out / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+        assert rows and all(r["perf/shared_runs"] == 2 for r in rows)
+    validate_results(json.loads((out / "results.json").read_text()))

@@ -1,0 +1,113 @@
+"""Several runs in one process (`train.runs_per_process`): their chats are sampled together through a slot-mode
+engine, each run learns its own adapter, and every run folder is what a run trained alone would write."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from talktosolve.config import make_config
+from talktosolve.recipe import cut_never_sees_partner
+from talktosolve.store import read_jsonl
+from talktosolve.tasks import load_problems
+from talktosolve.train import train_runs
+
+pytestmark = pytest.mark.slow
+
+
+def config(model_dir, **train):
+    return make_config("micro", {
+        "model": {"name_or_path": str(model_dir), "finetune": "lora", "lora_r": 4},
+        "data": {"n_train": 16, "n_test": 8}, "eval": {"n_problems": 4},
+        "chat": {"max_message_tokens": 6, "max_final_tokens": 5},
+        "train": {"steps": 2, "problems_per_step": 2, "checkpoint_every": 1, "runs_per_process": 2, **train},
+    })
+
+
+def rewards_by_arm(monkeypatch):
+    """A random model never answers right, so every advantage would be 0. Stand-in rewards: the chat arm's
+    depend on its answers (a learning signal), the cut arm's are always 0 (no signal: AdamW leaves it exactly
+    at its initialisation, which shows whether another run's update ever leaked into it)."""
+    import talktosolve.rollout
+
+    def score(chats):
+        for c in chats:
+            right = c.arm == "chat" and len(c.turns[-1].text) % 2 == 1
+            c.answers, c.correct, c.reward = {"A": None, "B": None}, {"A": right, "B": right}, float(right)
+
+    monkeypatch.setattr(talktosolve.rollout, "score_chats", score)
+
+
+def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_path, monkeypatch):
+    rewards_by_arm(monkeypatch)
+    cfg = config(tiny_model_dir, lr=1e-2)
+    train_set, _, _ = load_problems(cfg)
+    runs = [("chat", 0, tmp_path / "chat-s0"), ("cut", 1, tmp_path / "cut-s1")]
+    train_runs(cfg, runs, train_set, progress=False)
+    for arm, seed, out in runs:
+        assert json.loads((out / "config.json").read_text())["train"]["runs_per_process"] == 2
+        metrics = read_jsonl(out / "metrics.jsonl")
+        assert [m["step"] for m in metrics] == [0, 1] and all(m["perf/shared_runs"] == 2 for m in metrics)
+        chats = read_jsonl(out / "transcripts.jsonl")
+        assert len(chats) == 2 * 2 * 4 and {c["arm"] for c in chats} == {arm}
+        assert (out / "done.json").exists() and (out / "final" / "adapter_model.safetensors").exists()
+    # Each run played its own problems (its seed's stream), and the cut run never saw its partner.
+    firsts = [[c["problem_id"] for c in read_jsonl(out / "transcripts.jsonl") if c["step"] == 0] for *_, out in runs]
+    assert firsts[0] != firsts[1]
+    assert cut_never_sees_partner([runs[1][2] / "transcripts.jsonl"], cfg.chat)
+    chat_w = load_file(str(runs[0][2] / "final" / "adapter_model.safetensors"))
+    cut_w = load_file(str(runs[1][2] / "final" / "adapter_model.safetensors"))
+    assert any(t.abs().max() > 0 for k, t in chat_w.items() if "lora_B" in k), "the chat run learned"
+    assert all(t.abs().max() == 0 for k, t in cut_w.items() if "lora_B" in k), "the cut run had no signal"
+    assert any(not torch.equal(chat_w[k], cut_w[k]) for k in chat_w if "lora_A" in k), "own initialisations"
+    before = [(out / "metrics.jsonl").read_bytes() for *_, out in runs]
+    train_runs(cfg, runs, train_set, progress=False)  # done: a no-op
+    assert [(out / "metrics.jsonl").read_bytes() for *_, out in runs] == before
+
+
+def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_path, monkeypatch):
+    """Stopped after step 1 (checkpoints at 1), then rerun to 2 steps: the same folders as an uninterrupted run.
+    And a run whose checkpoint is ahead of its partner's waits for it, then both finish."""
+    rewards_by_arm(monkeypatch)
+    cfg = config(tiny_model_dir, lr=1e-2)
+    train_set, _, _ = load_problems(cfg)
+
+    def runs(root):
+        return [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
+
+    train_runs(cfg, runs(tmp_path / "ref"), train_set, progress=False)
+    short = config(tiny_model_dir, lr=1e-2, steps=1)
+    train_runs(short, runs(tmp_path / "resumed"), train_set, progress=False)
+    for *_, out in runs(tmp_path / "resumed"):  # same run config but for the steps: make them resumable as 2-step
+        (out / "done.json").unlink()
+        (out / "config.json").unlink()
+    train_runs(cfg, runs(tmp_path / "resumed"), train_set, progress=False)
+    for (*_, ref), (*_, got) in zip(runs(tmp_path / "ref"), runs(tmp_path / "resumed")):
+        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
+        assert load_file(str(got / "final" / "adapter_model.safetensors")).keys() == \
+            load_file(str(ref / "final" / "adapter_model.safetensors")).keys()
+        for k, t in load_file(str(got / "final" / "adapter_model.safetensors")).items():
+            assert torch.equal(t, load_file(str(ref / "final" / "adapter_model.safetensors"))[k])
+
+    ahead = runs(tmp_path / "ahead")
+    train_runs(short, ahead[:1], train_set, progress=False)  # chat-s0 alone, 1 step: a checkpoint at step 1
+    (ahead[0][2] / "done.json").unlink()
+    (ahead[0][2] / "config.json").unlink()
+    train_runs(cfg, ahead, train_set, progress=False)
+    first = read_jsonl(ahead[0][2] / "metrics.jsonl")
+    second = read_jsonl(ahead[1][2] / "metrics.jsonl")
+    assert [m["step"] for m in first] == [0, 1] and [m["step"] for m in second] == [0, 1]
+    assert second[0]["perf/shared_runs"] == 1 and second[1]["perf/shared_runs"] == 2
+    assert all((out / "done.json").exists() for *_, out in ahead)
+
+
+def test_runs_per_process_settings_are_checked():
+    from talktosolve.config import ConfigError
+
+    with pytest.raises(ConfigError, match="runs_per_process"):
+        make_config("micro", {"train": {"runs_per_process": 2}, "model": {"finetune": "full"}})
+    with pytest.raises(ConfigError, match="not both"):
+        make_config("micro", {"train": {"runs_per_process": 2}, "model": {"finetune": "lora"}, "parallel_runs": 2})
+    with pytest.raises(ConfigError, match="at least 1"):
+        make_config("micro", {"train": {"runs_per_process": 0}})
