@@ -35,7 +35,7 @@ def main():
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from talktosolve.config import _merge, make_config, parse_overrides
+    from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.evaluate import evaluate
     from talktosolve.tasks import load_problems
     from talktosolve.train import train
@@ -48,22 +48,22 @@ def main():
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(f"{tmp}/model")
         AutoTokenizer.from_pretrained(args.model_dir).save_pretrained(f"{tmp}/model")
-        base = _merge({"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
+        base = merge_overrides({"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
                        "data": {"gsm8k": args.gsm8k}, "device": args.device}, parse_overrides(args.set))
-        cfg = make_config("paper", _merge(base, {"train": {"steps": 1}}))
+        cfg = make_config("paper", merge_overrides(base, {"train": {"steps": 1}}))
         train_set, test_set, _ = load_problems(cfg, Path(tmp) / "data")
         run = Path(tmp) / "run"
         train(cfg, "chat", 0, run, train_set, progress=False)
         for pair, player_a in (("one model", None), ("cross-play", str(run))):
             for batch_chats in args.batches:
                 ev = {"batch_chats": batch_chats, "n_problems": args.n_problems}
-                warm = make_config("paper", _merge(base, {"eval": {**ev, "n_problems": batch_chats // 2}}))
+                warm = make_config("paper", merge_overrides(base, {"eval": {**ev, "n_problems": batch_chats // 2}}))
                 evaluate(warm, test_set, Path(tmp) / f"warm-{pair}-{batch_chats}", player_a=player_a, progress=False)
                 if cuda:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
                 t0 = time.perf_counter()
-                summary = evaluate(make_config("paper", _merge(base, {"eval": ev})), test_set,
+                summary = evaluate(make_config("paper", merge_overrides(base, {"eval": ev})), test_set,
                                    Path(tmp) / f"eval-{pair}-{batch_chats}", player_a=player_a, progress=False)
                 row = {"pair": pair, "batch_chats": batch_chats, "chats": summary["n_chats"],
                        "seconds": time.perf_counter() - t0,

@@ -61,7 +61,7 @@ def main():
     import talktosolve.fast_engine as fe
     import talktosolve.rollout as ro
     import talktosolve.train as tr
-    from talktosolve.config import _merge, make_config, parse_overrides
+    from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.grpo import grpo_update
     from talktosolve.tasks import load_problems
 
@@ -157,7 +157,7 @@ def main():
         del m
         over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
                 "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}}
-        cfg = make_config("paper", _merge(over, parse_overrides(args.set)))
+        cfg = make_config("paper", merge_overrides(over, parse_overrides(args.set)))
         train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
         before = dict(TIMES)
 

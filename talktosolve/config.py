@@ -210,11 +210,12 @@ def _build(cls, values: dict[str, Any], where: str):
     return cls(**kwargs)
 
 
-def _merge(base: dict, over: dict) -> dict:
+def merge_overrides(base: dict, over: dict) -> dict:
+    """`base` with `over` laid on top, section by section (nested dicts merge; other values replace)."""
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_overrides(out[key], value)
         else:
             out[key] = value
     return out
@@ -277,9 +278,9 @@ def make_config(preset: str | None = None, overrides: dict[str, Any] | None = No
     """Defaults, then the preset, then overrides; validated."""
     values: dict[str, Any] = {}
     if preset:
-        values = _merge(values, load_preset(preset))
+        values = merge_overrides(values, load_preset(preset))
     if overrides:
-        values = _merge(values, overrides)
+        values = merge_overrides(values, overrides)
     cfg = _build(Config, values, "")
     validate(cfg)
     return cfg

@@ -265,7 +265,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             bar.close()
             kept = latest_checkpoint(run.dir)
             raise TrainingError(
-                f"{run.name}, step {step}: {e}. The update was not applied; the last good checkpoint is "
+                f"Step {step}{f' of {run.name}' if shared else ''}: {e}. The update was not applied; the last good checkpoint is "
                 f"{kept or 'none (no checkpoint yet)'}. Lower train.lr or raise train.grad_clip's strictness "
                 "(a smaller value), then rerun the same command to resume."
             ) from e

@@ -1,0 +1,220 @@
+"""Several training runs in one process (`train.runs_per_process`) against one run at a time, on one GPU.
+
+A random-init model built from the real Qwen2.5-1.5B-Instruct config (bf16) with the real tokenizer; messages
+forced to their maximum lengths (160/160/384/384). Measured in one process, side by side:
+
+  decode         ms per decode step of one run's 32 chats (the sampler's merged LoRA weights) against one step
+                 of --runs runs' 32 chats each in one slot-mode engine (base weights + each row block's own
+                 adapter), after prompts of 300 and 1,100 tokens
+  steps          the real train loop, paper preset, --steps steps: `train` of one run, then `train_runs` of
+                 --runs runs (chat and cut arms, seeds 0, 1, ...) sharing every decode step; steady state = the
+                 median of the steps after the first; a shared step's time is the sum of its runs' perf/seconds
+                 (the shared sampling once, each run's learning)
+  eval           one paper-preset evaluation (300 problems x 2 chats, the preset's batch), after a warm-up one
+  projection     the paper recipe's GPU-minutes (6 runs x 80 steps + 14 evaluations) either way
+
+Prints a table and writes JSON (date, GPU, library versions). `--device cpu` with a tiny config folder and
+`--set` overrides is a smoke run of the script itself.
+
+  python bench/gpu_shared.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out shared.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def decode_ms(engine, prompts, device, slots=0, n=384):
+    """ms per decode step: (a call making n tokens - a call making 1) / (n - 1), one KV shape for both."""
+    kw = {"slots": slots} if slots else {}
+    cap = max(len(p) for p in prompts) + n
+    gen = torch.Generator(device=device).manual_seed(0)
+    engine.generate(prompts, n, gen, capacity=cap, **kw)  # compile and capture
+    engine.generate(prompts, 1, gen, capacity=cap, **kw)
+    times = []
+    for k in (n, 1):
+        sync(device)
+        t = time.perf_counter()
+        engine.generate(prompts, k, gen, capacity=cap, **kw)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return 1000 * (times[0] - times[1]) / (n - 1)
+
+
+def steady(metrics: list[dict], runs: int) -> dict:
+    """Per step: the wall of all runs' work (sum of their perf/seconds), its sampling and learning; the median
+    over the steps after the first (which compiles and captures)."""
+    steps = sorted({m["step"] for m in metrics})
+    rows = []
+    for s in steps:
+        mine = [m for m in metrics if m["step"] == s]
+        assert len(mine) == runs, (s, len(mine))
+        rows.append({"seconds": sum(m["perf/seconds"] for m in mine),
+                     "sample_seconds": sum(m["perf/sample_seconds"] for m in mine),
+                     "learn_seconds": sum(m["perf/learn_seconds"] for m in mine),
+                     "peak_gb": max(m.get("perf/peak_gpu_gb") or 0 for m in mine)})
+    later = rows[1:] or rows
+
+    def median(key):
+        values = sorted(r[key] for r in later)
+        return values[len(values) // 2]
+    return {"per_step": rows, "seconds": median("seconds"), "sample_seconds": median("sample_seconds"),
+            "learn_seconds": median("learn_seconds"), "peak_gb": max(r["peak_gb"] for r in rows)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--gsm8k", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--runs", type=int, default=6, help="runs sharing one process (the recipe has 6)")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--skip-eval", action="store_true")
+    ap.add_argument("--set", action="append", default=[], help="config override, a.b=value (for a smoke run)")
+    args = ap.parse_args()
+
+    import peft
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from talktosolve.config import make_config, merge_overrides, parse_overrides
+    from talktosolve.evaluate import evaluate
+    from talktosolve.fast_engine import StaticEngine
+    from talktosolve.policy import make_trainable
+    from talktosolve.store import read_jsonl
+    from talktosolve.tasks import load_problems
+    from talktosolve.train import train_runs
+
+    dev = args.device
+    cuda = dev == "cuda"
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "gpu": torch.cuda.get_device_name() if cuda else None,
+           "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                        "transformers": transformers.__version__, "peft": peft.__version__},
+           "model": "Qwen2.5-1.5B-Instruct config, random init, bf16", "runs": args.runs}
+
+    def save():
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+
+    tok = AutoTokenizer.from_pretrained(args.model_dir)
+    config = AutoConfig.from_pretrained(args.model_dir)
+    cfg = make_config("paper")
+    if not args.skip_decode:
+        torch.manual_seed(0)
+        with torch.device(dev):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        lora = make_trainable(model.eval(), cfg.model)
+        with torch.no_grad():  # B = 0 would make every adapter the same: give each run a nonzero one
+            for n, p in lora.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 1e-3)
+        g = torch.Generator().manual_seed(0)
+        res["decode"] = []
+        for n_prompt in (300, 1100):
+            prompts = [torch.randint(0, 150000, (n_prompt,), generator=g).tolist() for _ in range(32 * args.runs)]
+            one = StaticEngine(lora, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True)
+            single = decode_ms(one, prompts[:32], dev)
+            del one
+            slot = StaticEngine(lora, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True,
+                                slots=args.runs)
+            for j in range(args.runs):
+                slot.store_adapter(j)
+            alone = decode_ms(slot, prompts[:32], dev, slots=1)
+            shared = decode_ms(slot, prompts, dev, slots=args.runs)
+            del slot
+            row = {"prompt_tokens": n_prompt, "one_run_b32_ms": single, "slot_mode_one_run_b32_ms": alone,
+                   f"{args.runs}_runs_b{32 * args.runs}_ms": shared, "per_run_ms": shared / args.runs,
+                   "speedup_per_run": single * args.runs / shared}
+            res["decode"].append(row)
+            save()
+            print("decode", row, flush=True)
+            if cuda:
+                torch.cuda.empty_cache()
+        del lora, model
+        if cuda:
+            torch.cuda.empty_cache()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        with torch.device(dev):
+            m = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        m.save_pretrained(f"{tmp}/model")
+        tok.save_pretrained(f"{tmp}/model")
+        del m
+        base = merge_overrides({"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
+                                "data": {"gsm8k": args.gsm8k}, "device": dev, "train": {"steps": args.steps}},
+                               parse_overrides(args.set))
+        arms = [("chat", "cut")[j % 2] for j in range(args.runs)]
+        res["steps"] = {}
+        for name, k in (("one_run", 1), ("shared", args.runs)):
+            cfg = make_config("paper", merge_overrides(base, {"train": {"runs_per_process": k}}))
+            train_set, test_set, _ = load_problems(cfg, Path(tmp) / "data")
+            runs = [(arms[j], j // 2, Path(tmp) / name / f"run-{j}") for j in range(k)]
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            train_runs(cfg, runs, train_set, progress=False)
+            wall = time.perf_counter() - t0
+            metrics = [m for *_, d in runs for m in read_jsonl(d / "metrics.jsonl")]
+            row = {"runs": k, "wall_seconds_incl_load": wall, **steady(metrics, k)}
+            res["steps"][name] = row
+            save()
+            print("steps", name, {key: v for key, v in row.items() if key != "per_step"}, flush=True)
+        if not args.skip_eval:
+            over = merge_overrides(base, {"train": {"steps": 1}})
+            cfg = make_config("paper", over)
+            warm = make_config("paper", merge_overrides(over, {"eval": {"n_problems": cfg.eval.batch_chats // 2}}))
+            evaluate(warm, test_set, Path(tmp) / "eval-warm", progress=False)
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            summary = evaluate(cfg, test_set, Path(tmp) / "eval", progress=False)
+            res["eval"] = {"batch_chats": cfg.eval.batch_chats, "chats": summary["n_chats"],
+                           "seconds": time.perf_counter() - t0,
+                           "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+            save()
+            print("eval", res["eval"], flush=True)
+    one, shared = res["steps"]["one_run"], res["steps"]["shared"]
+    eval_s = 14 * res["eval"]["seconds"] if "eval" in res else 0.0
+    res["projection"] = {
+        "one_run_at_a_time_gpu_minutes": (6 * 80 * one["seconds"] + eval_s) / 60,
+        "shared_gpu_minutes": (6 / args.runs * 80 * shared["seconds"] + eval_s) / 60,
+        "eval_gpu_minutes": eval_s / 60, "seed_gpu_minutes": 567.8,
+        "step_speedup_per_run": args.runs * one["seconds"] / shared["seconds"]}
+    save()
+    print(f"\n{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}")
+    for r in res.get("decode", []):
+        print(f"{'decode ms/step, prompt ' + str(r['prompt_tokens']):<34}{r['one_run_b32_ms']:>12.2f}"
+              f"{r[f'{args.runs}_runs_b{32 * args.runs}_ms']:>18.2f}   ({r['speedup_per_run']:.2f}x per run; "
+              f"slot mode, one run: {r['slot_mode_one_run_b32_ms']:.2f})")
+    for key, label in (("seconds", "step s"), ("sample_seconds", "  sampling s"), ("learn_seconds", "  learning s"),
+                       ("peak_gb", "peak GB")):
+        print(f"{label:<34}{one[key]:>12.2f}{shared[key]:>18.2f}")
+    p = res["projection"]
+    print(f"{'per run-step s':<34}{one['seconds']:>12.2f}{shared['seconds'] / args.runs:>18.2f}   "
+          f"({p['step_speedup_per_run']:.2f}x)")
+    if "eval" in res:
+        print(f"evaluation: {res['eval']['seconds']:.1f} s")
+    print(f"projected paper recipe: {p['one_run_at_a_time_gpu_minutes']:.1f} GPU-min one run at a time, "
+          f"{p['shared_gpu_minutes']:.1f} with {args.runs} runs per process (seed: 567.8)")
+
+
+if __name__ == "__main__":
+    main()
