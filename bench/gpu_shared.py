@@ -65,14 +65,17 @@ def steady(metrics: list[dict], runs: int) -> dict:
         rows.append({"seconds": sum(m["perf/seconds"] for m in mine),
                      "sample_seconds": sum(m["perf/sample_seconds"] for m in mine),
                      "learn_seconds": sum(m["perf/learn_seconds"] for m in mine),
-                     "peak_gb": max(m.get("perf/peak_gpu_gb") or 0 for m in mine)})
+                     "peak_gb": max(m.get("perf/peak_gpu_gb") or 0 for m in mine),
+                     "peak_sample_gb": max(m.get("perf/peak_sample_gb") or 0 for m in mine),
+                     "peak_learn_gb": max(m.get("perf/peak_learn_gb") or 0 for m in mine)})
     later = rows[1:] or rows
 
     def median(key):
         values = sorted(r[key] for r in later)
         return values[len(values) // 2]
     return {"per_step": rows, "seconds": median("seconds"), "sample_seconds": median("sample_seconds"),
-            "learn_seconds": median("learn_seconds"), "peak_gb": max(r["peak_gb"] for r in rows)}
+            "learn_seconds": median("learn_seconds"),
+            **{key: max(r[key] for r in rows) for key in ("peak_gb", "peak_sample_gb", "peak_learn_gb")}}
 
 
 def main():
@@ -205,7 +208,7 @@ def main():
               f"{r[f'{args.runs}_runs_b{32 * args.runs}_ms']:>18.2f}   ({r['speedup_per_run']:.2f}x per run; "
               f"slot mode, one run: {r['slot_mode_one_run_b32_ms']:.2f})")
     for key, label in (("seconds", "step s"), ("sample_seconds", "  sampling s"), ("learn_seconds", "  learning s"),
-                       ("peak_gb", "peak GB")):
+                       ("peak_gb", "peak GB"), ("peak_sample_gb", "  sampling"), ("peak_learn_gb", "  learning")):
         print(f"{label:<34}{one[key]:>12.2f}{shared[key]:>18.2f}")
     p = res["projection"]
     print(f"{'per run-step s':<34}{one['seconds']:>12.2f}{shared['seconds'] / args.runs:>18.2f}   "

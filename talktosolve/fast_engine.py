@@ -386,6 +386,15 @@ class StaticEngine:
         if self.head is not None:
             self.head.refresh()
 
+    def release(self) -> None:
+        """Free the KV pool and the graphs that read it, so that other work (the learner) can use the memory;
+        the next call allocates the pool and captures its graphs again (compiled code is kept)."""
+        self.graphs.clear()
+        self.pool = None
+        if self.device.type == "cuda":
+            self.graph_pool = torch.cuda.graph_pool_handle()  # as on regrowth: a fresh scratch pool
+            torch.cuda.empty_cache()
+
     def store_adapter(self, slot: int) -> None:
         """Slot mode: copy the model's live adapter into slot `slot` (what rows of block `slot` will read)."""
         if not 0 <= slot < self.slots:

@@ -303,6 +303,9 @@ def check_slots(model, device, atol):
         expected += single.generate(blocks[j], 9)
     got = slot.generate([p for b in blocks for p in b], 9, slots=runs)
     assert got == expected
+    slot.release()  # the pool and graphs go; the next call builds them again and samples the same
+    assert slot.pool is None and not slot.graphs
+    assert slot.generate([p for b in blocks for p in b], 9, slots=runs) == expected
     assert len({tuple(map(tuple, got[2 * j:2 * j + 2])) for j in range(runs)}) == runs, "adapters must differ"
     # Fewer slots than the engine holds: the first n.
     assert slot.generate([p for b in blocks[:2] for p in b], 9, slots=2) == expected[:4]
