@@ -31,6 +31,12 @@ are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a
 - **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
   a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
   in front of them in the pool, and the block attends over both.
+- **Slot mode: several runs, one decode step.** With `slots=n` the engine samples with the frozen base weights
+  and holds n LoRA adapters (`store_adapter(j)` copies the model's live adapter into slot j); a call with
+  `slots=n` reads its rows as n equal blocks, block j through adapter j: each projection adds
+  `bmm(bmm(x_blocks, A), scale * B)` to the base's output (`_linear`). Decode is bound by reading the weights,
+  so one step for n runs' rows costs far less than n steps (`train.runs_per_process`, `bench/gpu_shared.py`).
+  The adapters are applied unmerged, as the learner applies them, so no merge is rounded into a weight.
 
 Only models whose config says `qwen2`, `llama` or `mistral`-style attention are accepted; anything else falls
 back to `Engine` (see `make_engine`).

@@ -9,6 +9,9 @@ the paired comparison, `results.json` and the report.
       results.json                every figure and check, computed from the folders above
       report.md, report.html, plots/
 
+With `train.runs_per_process=N` the runs train N at a time in this process, in fixed groups of the (arm, seed)
+order (see `train.train_runs`); with `parallel_runs=N`, N at a time in separate processes.
+
 Each stage's output carries the config key that produced it (`done.json`, `summary.json`), so a rerun skips
 what is finished under the same config, resumes a training run from its last checkpoint, and redoes what a
 changed setting made stale. Evaluation names: `base-{arm}` (the untrained pair), `{arm}-s{seed}` (a trained

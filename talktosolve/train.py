@@ -12,6 +12,11 @@
 
 All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
 needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
+
+Several runs can share a process (`train_runs`, `train.runs_per_process`): one frozen base, one adapter and one
+AdamW state per run, swapped into the model's adapter in turn; each step samples every run's chats in one batch
+(each run's rows through its own adapter, `fast_engine` slot mode), then each run learns from its own chats. The
+sampling generator is then derived from (the runs' seeds, k), and each run's folder is written as above.
 """
 
 from __future__ import annotations
