@@ -4,7 +4,8 @@
       config.json           every config field, plus the arm and seed
       metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces; perf/ holds tokens,
                             seconds, sample_seconds, learn_seconds, the learner's row and padded tokens (of
-                            rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb))
+                            rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
+                            a process add shared_runs, and each is charged its share of the common sampling)
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
