@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from random_model import save_random_model
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -33,7 +35,7 @@ def main():
                     help="config override for every run, a.b=value (a CPU smoke run shortens the messages)")
     args = ap.parse_args()
 
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.evaluate import evaluate
@@ -45,9 +47,7 @@ def main():
            "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__, "rows": []}
     with tempfile.TemporaryDirectory() as tmp:
         config = AutoConfig.from_pretrained(args.model_dir)
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(f"{tmp}/model")
-        AutoTokenizer.from_pretrained(args.model_dir).save_pretrained(f"{tmp}/model")
+        save_random_model(config, AutoTokenizer.from_pretrained(args.model_dir), f"{tmp}/model", args.device)
         base = merge_overrides({"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
                        "data": {"gsm8k": args.gsm8k}, "device": args.device}, parse_overrides(args.set))
         cfg = make_config("paper", merge_overrides(base, {"train": {"steps": 1}}))

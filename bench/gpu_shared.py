@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from random_model import save_random_model
+
 
 def sync(device):
     if device == "cuda":
@@ -153,12 +155,7 @@ def main():
             torch.cuda.empty_cache()
 
     with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        with torch.device(dev):
-            m = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        m.save_pretrained(f"{tmp}/model")
-        tok.save_pretrained(f"{tmp}/model")
-        del m
+        save_random_model(config, tok, f"{tmp}/model", dev)
         base = merge_overrides({"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
                                 "data": {"gsm8k": args.gsm8k}, "device": dev, "train": {"steps": args.steps}},
                                parse_overrides(args.set))

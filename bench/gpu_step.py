@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from random_model import save_random_model
+
 
 def cuda_time(fn, repeat=1):
     torch.cuda.synchronize()
@@ -233,12 +235,7 @@ def main():
     res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
     res["steps"], res["eval"] = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        with torch.device("cuda"):
-            m = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        m.save_pretrained(f"{tmp}/model")
-        tok.save_pretrained(f"{tmp}/model")
-        del m
+        save_random_model(config, tok, f"{tmp}/model", "cuda")
         # ---- evaluation as the recipe runs it: 300 held-out problems x 2 chats at maximum lengths, after a
         # one-batch evaluation that compiles and captures (the recipe's evaluations run in one process)
         from talktosolve.evaluate import evaluate

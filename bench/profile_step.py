@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from random_model import save_random_model
+
 TIMES: dict[str, float] = collections.defaultdict(float)
 COUNTS: dict[str, int] = collections.defaultdict(int)
 
@@ -56,7 +58,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="config override for the train loop, a.b=value")
     args = ap.parse_args()
 
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     import talktosolve.fast_engine as fe
     import talktosolve.rollout as ro
@@ -149,12 +151,7 @@ def main():
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res["gpu"] = torch.cuda.get_device_name() if dev == "cuda" else "none"
     with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        with torch.device(dev):
-            m = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        m.save_pretrained(f"{tmp}/model")
-        tok.save_pretrained(f"{tmp}/model")
-        del m
+        save_random_model(config, tok, f"{tmp}/model", dev)
         over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
                 "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}}
         cfg = make_config("paper", merge_overrides(over, parse_overrides(args.set)))

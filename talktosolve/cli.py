@@ -48,6 +48,9 @@ def cmd_train(args) -> int:
     from talktosolve.train import train
 
     cfg = _config(args, data={"gsm8k": args.gsm8k})
+    if cfg.train.runs_per_process > 1:
+        raise ConfigError("train.runs_per_process groups the recipe's runs (`talktosolve recipe`); `talktosolve "
+                          "train` trains one run: leave it at 1 here.")
     out = Path(args.out)
     train_set, _, _ = load_problems(cfg, out / "data")
     train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=_loggers(args, out))

@@ -188,7 +188,10 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if main:
         for run in pending:
             run.dir.mkdir(parents=True, exist_ok=True)
-            write_json(run.dir / "config.json", {"key": run.key, "arm": run.arm, "seed": run.seed, **cfg.to_dict()})
+            # Runs sharing a process share the sampler's random stream: which ones is part of the record.
+            mates = {"trained_with": [str(r.dir) for r in pending if r is not run]} if shared else {}
+            write_json(run.dir / "config.json", {"key": run.key, "arm": run.arm, "seed": run.seed, **mates,
+                                                 **cfg.to_dict()})
     if cfg.cpu_threads and device.type == "cpu":
         torch.set_num_threads(cfg.cpu_threads)
     tokenizer = load_tokenizer(cfg.model)

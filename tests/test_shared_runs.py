@@ -45,8 +45,9 @@ def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_pat
     train_set, _, _ = load_problems(cfg)
     runs = [("chat", 0, tmp_path / "chat-s0"), ("cut", 1, tmp_path / "cut-s1")]
     train_runs(cfg, runs, train_set, progress=False)
-    for arm, seed, out in runs:
-        assert json.loads((out / "config.json").read_text())["train"]["runs_per_process"] == 2
+    for (arm, seed, out), (*_, other) in zip(runs, runs[::-1]):
+        written = json.loads((out / "config.json").read_text())
+        assert written["train"]["runs_per_process"] == 2 and written["trained_with"] == [str(other)]
         metrics = read_jsonl(out / "metrics.jsonl")
         assert [m["step"] for m in metrics] == [0, 1] and all(m["perf/shared_runs"] == 2 for m in metrics)
         chats = read_jsonl(out / "transcripts.jsonl")
@@ -111,3 +112,13 @@ def test_runs_per_process_settings_are_checked():
         make_config("micro", {"train": {"runs_per_process": 2}, "model": {"finetune": "lora"}, "parallel_runs": 2})
     with pytest.raises(ConfigError, match="at least 1"):
         make_config("micro", {"train": {"runs_per_process": 0}})
+
+
+def test_the_train_command_trains_one_run(tiny_model_dir, tmp_path, capsys):
+    from talktosolve.cli import main
+
+    args = ["train", "--preset", "micro", "--arm", "chat", "--seed", "0", "--out", str(tmp_path / "run"), "--quiet",
+            "--set", f"model.name_or_path={tiny_model_dir}", "--set", "model.finetune=lora",
+            "--set", "train.runs_per_process=2"]
+    assert main(args) == 2
+    assert "talktosolve recipe" in capsys.readouterr().err
