@@ -277,8 +277,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         except NonFiniteLoss as e:
             bar.close()
             kept = latest_checkpoint(run.dir)
+            where = f"Step {step} of {run.name}" if shared else f"Step {step}"
             raise TrainingError(
-                f"Step {step}{f' of {run.name}' if shared else ''}: {e}. The update was not applied; the last good checkpoint is "
+                f"{where}: {e}. The update was not applied; the last good checkpoint is "
                 f"{kept or 'none (no checkpoint yet)'}. Lower train.lr or raise train.grad_clip's strictness "
                 "(a smaller value), then rerun the same command to resume."
             ) from e
@@ -353,8 +354,8 @@ def _swap_out(params: list, run: _Run) -> None:
 
 
 def _fresh_adapter(model, seed: int) -> None:
-    """Re-initialise the LoRA adapter as PEFT does (A random, B zero), from `seed`: each run of a shared process
-    starts from its own initialisation, as it would alone."""
+    """Re-initialise the LoRA adapter as PEFT does (A random, B zero) from `seed`: each run of a shared process
+    starts from an initialisation of its own seed."""
     torch.manual_seed(seed)
     for module in model.modules():
         if hasattr(module, "reset_lora_parameters") and hasattr(module, "lora_A"):

@@ -201,7 +201,8 @@ def test_the_engine_keeps_the_portable_attention_where_the_kernel_cannot_run(mon
 def test_decode_attention_kernel_on_gpu():
     """The kernel in bf16 at the paper model's head shape (G = 6, D = 128) and others, against fp32 attention;
     and in a Qwen-shaped engine (12 heads over 2 KV heads of 128) over prompts of 7 to 1,000 tokens, the
-    sampler's log-probs equal the learner's to bf16 tolerance, as with the portable attention; and slot mode (three adapters in one graph) as on a CPU."""
+    sampler's log-probs equal the learner's to bf16 tolerance, as with the portable attention; and slot mode
+    (three adapters in one graph) holds as on a CPU."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     check_attention_kernel("cuda", torch.bfloat16, atol=2e-2)
