@@ -247,6 +247,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             sampled = time.perf_counter()
             peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if gpu else None
             per_run = len(chats) // len(active)
+            rows = []
             for j, run in enumerate(active):
                 learn_began = time.perf_counter()
                 if gpu:  # the two phases' peaks apart: they call for different remedies
@@ -273,7 +274,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                                 "perf/peak_learn_gb": peak_learn})
                 if main:
                     _record(run, model, step, row, transcripts, t)
-                bar.set_postfix(reward=f"{row['train/reward']:.3f}", send=_fmt(row["talk/send"]))
+                rows.append(row)
         except NonFiniteLoss as e:
             bar.close()
             kept = latest_checkpoint(run.dir)
@@ -293,6 +294,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 "last checkpoint."
             ) from e
         distributed.barrier()
+        sends = [r["talk/send"] for r in rows if r["talk/send"] is not None]  # the mean over the step's runs
+        bar.set_postfix(reward=f"{sum(r['train/reward'] for r in rows) / len(rows):.3f}",
+                        send=_fmt(sum(sends) / len(sends) if sends else None))
         bar.update(1)
     bar.close()
     for run in pending:
