@@ -117,9 +117,27 @@ def _load_checkpoint(ckpt: Path, model, optimizer) -> int:
     return int(state["step"])
 
 
+def checkpoints(run_dir: Path) -> dict[int, Path]:
+    """A run folder's complete checkpoints, by step."""
+    found = (p for p in (Path(run_dir) / "checkpoints").glob("step-*") if (p / "state.json").exists())
+    return {int(p.name.split("-")[1]): p for p in found}
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = sorted(p for p in (Path(run_dir) / "checkpoints").glob("step-*") if (p / "state.json").exists())
-    return ckpts[-1] if ckpts else None
+    ckpts = checkpoints(run_dir)
+    return ckpts[max(ckpts)] if ckpts else None
+
+
+def _resume_points(run_dirs: list[Path]) -> list[Path | None]:
+    """The checkpoint each run resumes from. Runs sharing a process resume together from the newest step they
+    all hold a checkpoint of: a kill between two runs' checkpoints of one step leaves one run a checkpoint ahead
+    (its previous one is kept), and replaying that step together makes the same chats as never stopping. Runs
+    with no step in common (a group made of other runs before) each resume from their latest."""
+    held = [checkpoints(d) for d in run_dirs]
+    common = set.intersection(*(set(h) for h in held))
+    if common:
+        return [h[max(common)] for h in held]
+    return [h[max(h)] if h else None for h in held]
 
 
 @dataclass
@@ -154,8 +172,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
 
     One run is the plain loop. Several share one frozen base (LoRA only): each step their chats are sampled
     together by a slot-mode engine (`StaticEngine(..., slots=n)`, one decode step for every run's rows), then
-    each run in turn has its adapter and optimizer state loaded into the model, learns, and is saved back. A run
-    resumes from its own last checkpoint; runs further along wait until the others reach their step.
+    each run in turn has its adapter and optimizer state loaded into the model, learns, and is saved back. The
+    runs resume from their newest common checkpoint step (`_resume_points`); a run further along (one of a group
+    with no common step) waits until the others reach its step.
     """
     from tqdm.auto import tqdm
 
@@ -200,11 +219,10 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    for run in pending:
+    for run, ckpt in zip(pending, _resume_points([run.dir for run in pending])):
         if shared:
             _fresh_adapter(model, run.seed)
         run.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
-        ckpt = latest_checkpoint(run.dir)
         if ckpt is not None:
             run.start = _load_checkpoint(ckpt, model, run.optimizer)
         if main:

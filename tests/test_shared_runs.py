@@ -68,8 +68,9 @@ def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_pat
 
 
 def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_path, monkeypatch):
-    """Stopped after step 1 (checkpoints at 1), then rerun to 2 steps: the same folders as an uninterrupted run.
-    And a run whose checkpoint is ahead of its partner's waits for it, then both finish."""
+    """Stopped after step 1 (checkpoints at 1), then rerun to 2 steps: the same folders as an uninterrupted run;
+    the same after a kill between the runs' checkpoints of a step. And a run whose checkpoint is ahead of a
+    partner with none (no step in common) waits for it, then both finish."""
     rewards_by_arm(monkeypatch)
     cfg = config(tiny_model_dir, lr=1e-2)
     train_set, _, _ = load_problems(cfg)
@@ -88,6 +89,25 @@ def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_p
         assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
         assert load_file(str(got / "final" / "adapter_model.safetensors")).keys() == \
             load_file(str(ref / "final" / "adapter_model.safetensors")).keys()
+        for k, t in load_file(str(got / "final" / "adapter_model.safetensors")).items():
+            assert torch.equal(t, load_file(str(ref / "final" / "adapter_model.safetensors"))[k])
+
+    # Killed between the two runs' checkpoints of step 2: the first has it, the second does not. Both resume from
+    # step 1, their newest common checkpoint, and replay step 2 together: the same folders as never stopping.
+    import shutil
+
+    killed = runs(tmp_path / "killed")
+    train_runs(cfg, killed, train_set, progress=False)
+    for *_, out in killed:
+        (out / "done.json").unlink()
+        shutil.rmtree(out / "final")
+    shutil.rmtree(killed[1][2] / "checkpoints" / "step-000002")
+    for log in ("metrics.jsonl", "transcripts.jsonl"):
+        path = killed[1][2] / log
+        path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if '"step": 1' not in line))
+    train_runs(cfg, killed, train_set, progress=False)
+    for (*_, ref), (*_, got) in zip(runs(tmp_path / "ref"), killed):
+        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
         for k, t in load_file(str(got / "final" / "adapter_model.safetensors")).items():
             assert torch.equal(t, load_file(str(ref / "final" / "adapter_model.safetensors"))[k])
 
