@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from random_model import save_random_model
+from random_model import save_random_model, stand_in_rewards
 
 TIMES: dict[str, float] = collections.defaultdict(float)
 COUNTS: dict[str, int] = collections.defaultdict(int)
@@ -67,6 +67,7 @@ def main():
     from talktosolve.grpo import grpo_update
     from talktosolve.tasks import load_problems
 
+    stand_in_rewards()  # every message trained, as if every group's chats scored differently
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
     ro._encode = timed("sample/encode_views", ro._encode)
     ro.score_chats = timed("sample/grade", ro.score_chats)

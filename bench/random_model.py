@@ -1,4 +1,5 @@
-"""The benchmarks' stand-in for weights that cannot be downloaded here: a random-init model of a real config."""
+"""The benchmarks' stand-ins: a random-init model of a real config for weights that cannot be downloaded here,
+and rewards for a model that never answers right."""
 
 from __future__ import annotations
 
@@ -16,3 +17,18 @@ def save_random_model(config, tokenizer, out: str, device: str = "cuda") -> str:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def stand_in_rewards() -> None:
+    """Make every group's rewards differ, for the whole process. A random model never answers right, so every
+    advantage would be 0 and the learner, which skips zero-advantage messages (`grpo`), would read nothing:
+    chat k of each group scores k % 2 instead, so every message is trained (the learning phase's worst case).
+    Grading itself (a few ms a step) is then not timed."""
+    import talktosolve.rollout as rollout
+
+    def score(chats):
+        for c in chats:
+            right = c.index % 2 == 1
+            c.answers, c.correct, c.reward = {"A": None, "B": None}, {"A": right, "B": right}, float(right)
+
+    rollout.score_chats = score

@@ -22,7 +22,10 @@ Departures from textbook GRPO (Shao et al. 2024), all from the recipe (SPEC sect
 - the reward is a team reward shared by both copies' messages (multi-agent; the copies share one policy).
 
 A message whose exact tokens begin a later view of the same chat (a copy's first message inside its final
-view) is read from that view's row instead of its own (`to_sequences`): same log-probs, less compute.
+view) is read from that view's row instead of its own (`to_sequences`): same log-probs, less compute. A message
+whose advantage is 0 (every chat of a group that scored alike: most groups early on, nearly all of the cut
+arm's) adds exactly 0 to L and its gradient, so it is not read at all; its tokens still count in N, and the
+optimizer still steps (on zero gradients when every message of the step is skipped), as it would have.
 
 Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
 through the output layer in chunks, each chunk recomputed in the backward pass (activation checkpointing), so
@@ -229,6 +232,8 @@ class StepStats:
     tokens: int
     """Trained (generated) tokens of the step, on every rank."""
     samples: int
+    skipped: int = 0
+    """Samples not read because their advantage is 0 (they add nothing to the update)."""
     row_tokens: int = 0
     """Tokens this rank's forward passes read (prompts and completions, no padding)."""
     padded_tokens: int = 0
@@ -258,7 +263,8 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     device = torch.device(device)
     total = torch.zeros((), device=device)
     gpu = device.type == "cuda"
-    batches = microbatches(to_sequences(samples), chats_per_microbatch, microbatch_tokens, _pad_multiple(device))
+    trained = [s for s in samples if s.advantage != 0]
+    batches = microbatches(to_sequences(trained), chats_per_microbatch, microbatch_tokens, _pad_multiple(device))
     row_tokens = padded = 0
     with _autocast_adapter(model, gpu):
         for batch in batches:
@@ -276,6 +282,9 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
                 loss.backward()
             total += loss.detach()
     params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:  # nothing read (every advantage 0): the update is AdamW's step on zero gradients, as before
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     distributed.sum_gradients(params)
     total = torch.tensor(distributed.sum_scalar(float(total), device))
     norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
@@ -284,5 +293,6 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLoss(f"loss {total}, gradient norm {norm}")
     optimizer.step()
-    return StepStats(loss=total, grad_norm=norm, tokens=n_tokens, samples=len(samples), row_tokens=row_tokens,
-                     padded_tokens=padded, microbatches=len(batches))
+    return StepStats(loss=total, grad_norm=norm, tokens=n_tokens, samples=len(samples),
+                     skipped=len(samples) - len(trained), row_tokens=row_tokens, padded_tokens=padded,
+                     microbatches=len(batches))

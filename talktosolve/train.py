@@ -3,8 +3,8 @@
     run_dir/
       config.json           every config field, plus the arm and seed
       metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces; perf/ holds tokens,
-                            seconds, sample_seconds, learn_seconds, the learner's row and padded tokens (of
-                            rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
+                            seconds, sample_seconds, learn_seconds, the learner's row and padded tokens and
+                            the messages it skipped for a zero advantage (of rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
                             a process add shared_runs, and each is charged its share of the common sampling)
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
@@ -430,5 +430,6 @@ def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_sec
         "perf/learn_seconds": learn_seconds,
         "perf/learn_row_tokens": stats.row_tokens,
         "perf/learn_padded_tokens": stats.padded_tokens,
+        "perf/learn_skipped_messages": stats.skipped,
     }
 

@@ -132,3 +132,41 @@ def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
     for (n, a), b in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(b.grad, a.grad, msg=n)
     assert list(compiled.state_dict()) == names, "checkpoints keep their parameter names"
+
+
+def test_zero_advantage_messages_are_skipped_and_the_update_is_unchanged():
+    """A message with advantage 0 adds nothing to the loss or its gradient: leaving it out gives the same update
+    (N still counts its tokens), and a step of nothing but such messages is AdamW's step on zero gradients."""
+    samples = [Sample([1, 2], [3, 4, 5], 0.5, 0), Sample([2, 1], [6], 0.0, 1), Sample([3], [7, 8], -0.5, 2),
+               Sample([4], [9, 9, 9], 0.0, 1)]
+    n_tok = sum(len(s.completion_ids) for s in samples)
+    torch.manual_seed(0)
+    model = Toy()
+    want = -sum(s.advantage * reference_logprobs(model, s).sum() for s in samples) / n_tok
+    want.backward()
+    expected = model.head.weight.grad.clone()
+    model.zero_grad()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
+    torch.testing.assert_close(model.head.weight.grad, expected)
+    assert stats.skipped == 2 and stats.tokens == n_tok and stats.row_tokens == 5 + 3
+    assert stats.loss == pytest.approx(-(0.5 * 3 - 0.5 * 2) / n_tok)
+
+    # Nothing to read: AdamW still steps, and its momentum from the step before still moves the weights.
+    stepped = []
+    for skip_all in (False, True):
+        torch.manual_seed(0)
+        model = Toy()
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
+        zero = [Sample(s.prompt_ids, s.completion_ids, 0.0, s.group) for s in samples]
+        if skip_all:
+            grpo_update(model, opt, zero, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
+        else:  # the same second step, with every gradient computed (and zero)
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            opt.step()
+        stepped.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*stepped):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert opt.state[next(iter(model.parameters()))]["step"] == 2
