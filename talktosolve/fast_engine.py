@@ -234,11 +234,11 @@ class _Fused:
                                    torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
                                    for b in bases]).clone()
 
-    def make_slots(self, n: int, alias: bool) -> None:
-        """Slot mode: the weight stays the base weight (aliased when `alias` and there is one part), and room is
+    def make_slots(self, n: int) -> None:
+        """Slot mode: the weight stays the base weight (the base's own tensor when there is one part), and room is
         made for `n` adapters, applied per row block by `_linear`: a [n, in, r_total] holds every part's A
         side by side, b [n, r_total, out_total] every part's scale * B in its own block (zeros elsewhere)."""
-        if alias and len(self.parts) == 1:
+        if len(self.parts) == 1:
             self.weight = self.parts[0][1].weight.detach()
         ranks = [m.lora_A[_only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
         self.a = self.b = None
@@ -342,7 +342,7 @@ class StaticEngine:
             })
             if slots:
                 for key in ("qkv", "o", "gate_up", "down"):
-                    self.layers[-1][key].make_slots(slots, alias=True)
+                    self.layers[-1][key].make_slots(slots)
         self._slot_views: dict[int, list] = {}
         self._stamp = None
         self.stop = torch.tensor(self.stop_ids, device=self.device)
