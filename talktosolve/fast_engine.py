@@ -57,6 +57,8 @@ BUCKET = 256
 decode step attends only over the filled columns, to `CPU_BUCKET`."""
 CPU_BUCKET = 32
 MAX_GRAPHS = 16
+GROUPS = ("qkv", "o", "gate_up", "down")
+"""A layer's sampling weights: q|k|v and gate|up stacked, o and down alone (`_Fused`)."""
 
 
 def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto",
@@ -103,6 +105,11 @@ def _linear(x, w, b=None, lora=None):
     return y + torch.bmm(torch.bmm(h, a), b_up).view(y.shape)
 
 
+def _split(lora):
+    """A layer's four slot adapters (in `GROUPS` order) -> (q|k|v's, the other three), or (None, None)."""
+    return (lora[0], lora[1:]) if lora is not None else (None, None)
+
+
 def _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora=None):
     """Normed input -> rotated q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D] (one fused matmul).
     `lora`: the q|k|v slot adapters (see `_linear`), or None."""
@@ -142,7 +149,7 @@ def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cach
     """One layer for one new token per row, portable attention (the engine uses `decode_attention` instead
     where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool; lora: the layer's four slot
     adapters (q|k|v, o, gate|up, down) or None."""
-    lora_qkv, lora_out = (lora[0], lora[1:]) if lora is not None else (None, None)
+    lora_qkv, lora_out = _split(lora)
     q = _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps, lora_qkv)
     if q.is_cuda:
         # Two matmuls and a masked softmax, which torch.compile fuses: for one query row per head the SDPA
@@ -168,7 +175,7 @@ def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cac
     `mlp_out` are `_qkv` and `_mlp_out`, or compiled versions of them; lora as in `_decode_layer`."""
     B, S, _ = x.shape
     T = mask.shape[-1]
-    lora_qkv, lora_out = (lora[0], lora[1:]) if lora is not None else (None, None)
+    lora_qkv, lora_out = _split(lora)
     q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora_qkv)
     keep = real[:, None, :, None]  # [B, 1, S, 1]
     k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
@@ -341,7 +348,7 @@ class StaticEngine:
                 "gate_up": _Fused([mlp.gate_proj, mlp.up_proj]), "down": _Fused([mlp.down_proj]),
             })
             if slots:
-                for key in ("qkv", "o", "gate_up", "down"):
+                for key in GROUPS:
                     self.layers[-1][key].make_slots(slots)
         self._slot_views: dict[int, list] = {}
         self._stamp = None
@@ -390,7 +397,7 @@ class StaticEngine:
             return
         self._stamp = stamp
         for layer in self.layers:
-            for key in ("qkv", "o", "gate_up", "down"):
+            for key in GROUPS:
                 layer[key].refresh()
         if self.head is not None:
             self.head.refresh()
@@ -401,15 +408,18 @@ class StaticEngine:
         self.graphs.clear()
         self.pool = None
         if self.device.type == "cuda":
-            self.graph_pool = torch.cuda.graph_pool_handle()  # as on regrowth: a fresh scratch pool
             torch.cuda.empty_cache()
+            # A new scratch pool for the new graphs: the old one may outlive its graphs (the first capture of a
+            # process allocates the CUDA generator's graph-seed tensors in it, which live on), and capturing
+            # into a pool that no graph uses any more fails an assertion in PyTorch's allocator.
+            self.graph_pool = torch.cuda.graph_pool_handle()
 
     def store_adapter(self, slot: int) -> None:
         """Slot mode: copy the model's live adapter into slot `slot` (what rows of block `slot` will read)."""
         if not 0 <= slot < self.slots:
             raise ValueError(f"slot {slot} is outside this engine's {self.slots} slots")
         for layer in self.layers:
-            for key in ("qkv", "o", "gate_up", "down"):
+            for key in GROUPS:
                 layer[key].store(slot)
 
     def _lora(self, n: int) -> list:
@@ -417,8 +427,7 @@ class StaticEngine:
         if not n:
             return [None] * len(self.layers)
         if n not in self._slot_views:
-            self._slot_views[n] = [tuple(w[key].slot_pair(n) for key in ("qkv", "o", "gate_up", "down"))
-                                   for w in self.layers]
+            self._slot_views[n] = [tuple(w[key].slot_pair(n) for key in GROUPS) for w in self.layers]
         return self._slot_views[n]
 
     # --------------------------------------------------------------------------------------------- forward
@@ -464,14 +473,7 @@ class StaticEngine:
         if self.pool is None or self.pool.shape[1] < n:
             # Every graph's K/V are views of one pool (calls never overlap), so memory is that of the largest
             # shape, not the sum over shapes. A larger shape regrows the pool, and the graphs are re-captured.
-            self.graphs.clear()
-            self.pool = None
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
-                # A new scratch pool for the new graphs: the old one may outlive its graphs (the first capture
-                # of a process allocates the CUDA generator's graph-seed tensors in it, which live on), and
-                # capturing into a pool that no graph uses any more fails an assertion in PyTorch's allocator.
-                self.graph_pool = torch.cuda.graph_pool_handle()
+            self.release()
             self.pool = torch.zeros(2, n, device=dev, dtype=dt)
         return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
                 "valid": torch.zeros(B, L, dtype=torch.bool, device=dev),
@@ -495,7 +497,7 @@ class StaticEngine:
             qkv, out = self._decode_halves
             filled = s["col"] + 1  # [1]
             for i, (w, lora) in enumerate(zip(self.layers, self._lora(s["slots"]))):
-                lora_qkv, lora_out = (lora[0], lora[1:]) if lora is not None else (None, None)
+                lora_qkv, lora_out = _split(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
                 a = decode_attention.attend(q, s["k"][i], s["v"][i], s["valid"], filled)  # [B, Hkv, G, D]
