@@ -76,6 +76,17 @@ def reference_logprobs(model, s: Sample) -> torch.Tensor:
     return torch.stack([logp[n - 1 + t, tok] for t, tok in enumerate(s.completion_ids)])
 
 
+def reference_gradient(model, samples: list[Sample]) -> torch.Tensor:
+    """The output layer's gradient of the loss as the docstring of grpo writes it, computed directly (the model's
+    gradients are left at zero)."""
+    n_tok = sum(len(s.completion_ids) for s in samples)
+    want = -sum(s.advantage * reference_logprobs(model, s).sum() for s in samples) / n_tok
+    want.backward()
+    expected = model.head.weight.grad.clone()
+    model.zero_grad()
+    return expected
+
+
 def test_token_logprobs_match_a_direct_computation():
     torch.manual_seed(0)
     model = Toy()
@@ -94,10 +105,7 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     samples = [Sample([1, 2], [3, 4, 5], 0.5, 0), Sample([2, 1], [6], -0.5, 0), Sample([3], [7, 8], 0.25, 1),
                Sample([4], [9], -0.25, 1), Sample([1, 2, 3, 4, 5, 6], [10], 0.5, 0)]  # the last holds the first
     n_tok = sum(len(s.completion_ids) for s in samples)
-    want = -sum(s.advantage * reference_logprobs(model, s).sum() for s in samples) / n_tok
-    want.backward()
-    expected = model.head.weight.grad.clone()
-    model.zero_grad()
+    expected = reference_gradient(model, samples)
     # lr 0 keeps the weights, so the gradient the update computed can be read back.
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
@@ -142,10 +150,7 @@ def test_zero_advantage_messages_are_skipped_and_the_update_is_unchanged():
     n_tok = sum(len(s.completion_ids) for s in samples)
     torch.manual_seed(0)
     model = Toy()
-    want = -sum(s.advantage * reference_logprobs(model, s).sum() for s in samples) / n_tok
-    want.backward()
-    expected = model.head.weight.grad.clone()
-    model.zero_grad()
+    expected = reference_gradient(model, samples)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
     torch.testing.assert_close(model.head.weight.grad, expected)
