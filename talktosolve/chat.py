@@ -1,17 +1,19 @@
-"""The chat protocol: who speaks when, and what each copy sees.
+"""What each seat sees before it speaks: its view of the chat so far, as chat-template messages.
 
-Two copies of one model, A and B, write four messages in the order A, B, A, B (turns 0-3). Turns 0 and 1 are
-each copy's non-final message (at most `max_message_tokens`); turns 2 and 3 are A's and B's final messages (at
-most `max_final_tokens`), which must box an answer. A copy's *view* before it speaks is a chat:
+The team's shape comes from a `protocol.Protocol` (seats, turn order, limits, final turns) and what each seat is
+dealt and shown from an `arms.Arm`. A seat's *view* before it writes the message of turn t is a chat:
 
-    system:    the role prompt (`{name}`, `{partner}` filled)
-    user:      its own facts and the question [+ the partner's messages so far] + the turn instruction
+    system:    the role prompt (`{name}` is the seat, `{partner}` its partners: `B`, or `B and C`)
+    user:      its own facts and the question [+ the partners' messages so far] + the turn instruction
     assistant: its own earlier messages
-    user:      the partner's later messages + the turn instruction
+    user:      the partners' later messages + the turn instruction
 
-In the `chat` arm a partner's message is shown as `prompts.partner` with its text; in the `cut` arm the same
-template shows the literal `(no message)` instead. Nothing else differs between the arms. Consecutive user
-parts are joined with a blank line, so every view alternates user/assistant as chat templates expect.
+A partner's message is shown through `prompts.partner` (`{partner}` is its writer there) with its text, or with
+the literal `(no message)` where the arm does not show it. The instruction before a seat's own message is
+`prompts.final` on a final turn and `prompts.turn` otherwise, with that turn's token limit. Consecutive user parts
+are joined with a blank line, so every view alternates user/assistant as chat templates expect.
+
+With the paper's protocol (A, B, A, B; finals 2 and 3) and arms `chat`/`cut`, this is exactly the seed's chat.
 
 This module is pure (no torch, no tokenizer): views are lists of `{"role", "content"}` dicts, rendered to text by
 the model's own chat template in `render_view`.
@@ -21,67 +23,53 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from talktosolve.arms import Arm
 from talktosolve.config import ChatConfig
+from talktosolve.protocol import Protocol, partners_text
 
-SPEAKERS = ("A", "B", "A", "B")
-"""Who writes message 0, 1, 2, 3."""
-FINAL_TURN = {"A": 2, "B": 3}
-"""Index of each copy's final message."""
 NO_MESSAGE = "(no message)"
-"""What a copy sees in the `cut` arm wherever its partner's words would be."""
-
-
-def partner_of(name: str) -> str:
-    return "B" if name == "A" else "A"
-
-
-def is_final(turn: int) -> bool:
-    return turn >= 2
-
-
-def max_tokens(turn: int, chat: ChatConfig) -> int:
-    return chat.max_final_tokens if is_final(turn) else chat.max_message_tokens
+"""What a seat sees wherever its arm hides a partner's words."""
 
 
 @dataclass
 class Seat:
-    """What one copy is given: its facts and the shared question."""
+    """What one seat is given: its facts (its hand) and the shared question."""
 
     facts: list[str]
     question: str
 
 
-def view(seat: Seat, turn: int, messages: list[str], arm: str, chat: ChatConfig) -> list[dict]:
-    """The chat copy `SPEAKERS[turn]` sees before writing message `turn`, given the `messages` written so far."""
-    if arm not in ("chat", "cut"):
-        raise ValueError(f"arm must be `chat` or `cut`, got `{arm}`")
+def view(seat: Seat, turn: int, messages: list[str], arm: Arm, protocol: Protocol, chat: ChatConfig) -> list[dict]:
+    """The chat that `protocol.speaker(turn)` sees before writing message `turn`, given the `messages` so far."""
+    if not isinstance(arm, Arm):
+        raise TypeError(f"view needs an arms.Arm, got {type(arm).__name__}")
     if len(messages) != turn:
         raise ValueError(f"turn {turn} needs exactly {turn} earlier messages, got {len(messages)}")
     p = chat.prompts
-    name = SPEAKERS[turn]
-    partner = partner_of(name)
+    name = protocol.speaker(turn)
+    partners = partners_text(protocol.partners(name))
     facts = "\n".join(p.fact_bullet + f for f in seat.facts)
     parts: list[tuple[str, str]] = [
-        ("system", p.system.format(name=name, partner=partner)),
+        ("system", p.system.format(name=name, partner=partners)),
         ("user", p.task.format(facts=facts, question=seat.question)),
     ]
     for i, text in enumerate(messages):
-        if SPEAKERS[i] == name:
+        writer = protocol.speaker(i)
+        if writer == name:
             # The instruction it was given before each of its own earlier messages stays in its view.
-            parts.append(("user", _instruction(i, chat, partner)))
+            parts.append(("user", _instruction(i, protocol, chat, partners)))
             parts.append(("assistant", text))
         else:
-            shown = text if arm == "chat" else NO_MESSAGE
-            parts.append(("user", p.partner.format(partner=partner, text=shown)))
-    parts.append(("user", _instruction(turn, chat, partner)))
+            shown = text if arm.shows(name, writer, i) else NO_MESSAGE
+            parts.append(("user", p.partner.format(partner=writer, text=shown)))
+    parts.append(("user", _instruction(turn, protocol, chat, partners)))
     return _merge(parts)
 
 
-def _instruction(turn: int, chat: ChatConfig, partner: str) -> str:
+def _instruction(turn: int, protocol: Protocol, chat: ChatConfig, partners: str) -> str:
     p = chat.prompts
-    if is_final(turn):
-        return p.final.format(partner=partner, max_tokens=chat.max_final_tokens)
-    return p.turn.format(partner=partner, max_tokens=chat.max_message_tokens)
+    template = p.final if protocol.is_final(turn) else p.turn
+    return template.format(partner=partners, max_tokens=protocol.max_tokens(turn))
 
 
 def _merge(parts: list[tuple[str, str]]) -> list[dict]:

@@ -97,6 +97,15 @@ class ChatConfig:
     or `portable` (a plain KV-cache loop over transformers' forward, any model, any device)."""
     prompts: PromptConfig = field(default_factory=PromptConfig)
     """The role prompts: the only place their wording lives."""
+    seats: tuple[str, ...] = ("A", "B")
+    """The team's seats (2 or more names), in dealing order: seat k of N is dealt facts k, k+N, ... ."""
+    order: tuple[str, ...] = ("A", "B", "A", "B")
+    """Who writes each message, one seat per turn (e.g. `A,B,C,A,B,C` or `A,B,A,B,A,B`)."""
+    turn_tokens: tuple[int, ...] = ()
+    """Token limit of each turn, one per turn of `order`; empty: `max_final_tokens` on each seat's final turn,
+    `max_message_tokens` on the others."""
+    final_turns: tuple[int, ...] = ()
+    """The turn whose boxed answer is graded, one per seat (in `seats` order); empty: each seat's last turn."""
 
 
 @dataclass
@@ -159,13 +168,17 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     """Which problems."""
     chat: ChatConfig = field(default_factory=ChatConfig)
-    """The A, B, A, B protocol."""
+    """The team's protocol (seats, turn order, limits) and its prompts."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """GRPO."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation."""
     arms: tuple[str, ...] = ("chat", "cut")
-    """Arms of the recipe: `chat` delivers messages, `cut` shows `(no message)` instead."""
+    """Arms of the recipe (`talktosolve.arms`): `chat` delivers messages, `cut` shows `(no message)` instead,
+    `full` deals every fact to every seat and delivers messages."""
+    comparisons: tuple[str, ...] = ("chat-cut",)
+    """Paired deltas the recipe reports, each `X-Y` (arm X minus arm Y, over the same held-out problems, with
+    the problem+seed interval); one whose arms were not both run is skipped."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds of each arm."""
     parallel_runs: int = 1
@@ -178,9 +191,6 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-ARMS = ("chat", "cut")
 
 
 class ConfigError(ValueError):
@@ -222,8 +232,9 @@ def merge_overrides(base: dict, over: dict) -> dict:
     return out
 
 
-def _coerce(text: str, default: Any) -> Any:
-    """Parse a `--set` value to the type of the field's default."""
+def _coerce(text: str, default: Any, hint: str = "") -> Any:
+    """Parse a `--set` value to the type of the field's default (`hint`: the field's annotation, which says what
+    an empty tuple holds)."""
     if isinstance(default, bool):
         if text.lower() in ("1", "true", "yes", "on"):
             return True
@@ -237,8 +248,8 @@ def _coerce(text: str, default: Any) -> Any:
     if isinstance(default, float):
         return float(text)
     if isinstance(default, tuple):
-        items = [t for t in text.split(",") if t]
-        kind = type(default[0]) if default else str
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        kind = int if "int" in hint else type(default[0]) if default else str
         return tuple(kind(t) for t in items)
     return text
 
@@ -252,15 +263,17 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, text = pair.split("=", 1)
         parts = key.strip().split(".")
         obj: Any = Config()
+        hint = ""
         for i, part in enumerate(parts):
             if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
                 valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
                 raise ConfigError(f"Unknown config key `{key}`.{_closest(part, valid)}")
+            hint = str(next(f.type for f in dataclasses.fields(obj) if f.name == part))
             obj = getattr(obj, part)
         node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = _coerce(text, obj)
+        node[parts[-1]] = _coerce(text, obj, hint)
     return out
 
 
@@ -299,9 +312,23 @@ def validate(cfg: Config) -> None:
         problems.append(f"chat.engine is `{c.engine}`; use auto, fast or portable.")
     if cfg.data.task not in ("gsm8k", "micro"):
         problems.append(f"data.task is `{cfg.data.task}`; use `gsm8k` or `micro`.")
+    from talktosolve.arms import ARMS
+    from talktosolve.protocol import ProtocolError, protocol_of
+
     for arm in cfg.arms:
         if arm not in ARMS:
-            problems.append(f"arms holds `{arm}`; arms are {ARMS}.")
+            problems.append(f"arms holds `{arm}`; arms are {', '.join(ARMS)}.")
+    if len(set(cfg.arms)) != len(cfg.arms):
+        problems.append(f"arms holds an arm twice: {list(cfg.arms)}.")
+    for comparison in cfg.comparisons:
+        pair = comparison.split("-")
+        if len(pair) != 2 or not all(a in ARMS for a in pair) or pair[0] == pair[1]:
+            problems.append(f"comparisons holds `{comparison}`; write X-Y with two different arms of "
+                            f"{', '.join(ARMS)} (e.g. chat-cut).")
+    try:
+        protocol_of(c)
+    except ProtocolError as e:
+        problems.append(str(e))
     for name, value in [("data.n_train", cfg.data.n_train), ("data.n_test", cfg.data.n_test),
                         ("train.problems_per_step", t.problems_per_step),
                         ("train.chats_per_problem", t.chats_per_problem),

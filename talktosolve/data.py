@@ -61,19 +61,31 @@ class Issue:
 
 @dataclass
 class Problem:
+    """A split-fact problem: its facts in text order, the question every seat gets, and the gold answer.
+
+    Who holds which fact is not part of the problem: an arm deals the facts to a protocol's seats
+    (`arms.Arm.hands`). `facts_a`/`facts_b` are the two-seat round-robin hands (facts 1, 3, ... and 2, 4, ...)."""
+
     id: str
     question: str
-    facts_a: list[str] = field(default_factory=list)
-    facts_b: list[str] = field(default_factory=list)
+    facts: list[str] = field(default_factory=list)
     gold: str = ""
 
+    @property
+    def facts_a(self) -> list[str]:
+        return list(self.facts[0::2])
+
+    @property
+    def facts_b(self) -> list[str]:
+        return list(self.facts[1::2])
+
     def to_json(self) -> dict:
-        return {"id": self.id, "question": self.question, "facts_a": list(self.facts_a),
-                "facts_b": list(self.facts_b), "gold": self.gold}
+        return {"id": self.id, "question": self.question, "facts": list(self.facts), "gold": self.gold}
 
     @classmethod
     def from_json(cls, obj: Any) -> "Problem":
-        """Build from a dict, checking each field; raises DataError naming the field at fault."""
+        """Build from a dict, checking each field; raises DataError naming the field at fault. Files written
+        before problems held `facts` (two hands `facts_a`, `facts_b`) are read too: their facts interleaved."""
         if not isinstance(obj, dict):
             raise DataError(f"a problem must be a JSON object, got {type(obj).__name__}")
         for key in ("id", "question", "gold"):
@@ -81,13 +93,22 @@ class Problem:
                 raise DataError(f"missing field '{key}'")
             if not isinstance(obj[key], str) or not obj[key].strip():
                 raise DataError(f"field '{key}' must be a non-empty string, got {obj[key]!r}")
-        for key in ("facts_a", "facts_b"):
+        keys = ("facts",) if "facts" in obj or "facts_a" not in obj else ("facts_a", "facts_b")
+        for key in keys:
             if key not in obj:
                 raise DataError(f"missing field '{key}'")
             facts = obj[key]
             if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
                 raise DataError(f"field '{key}' must be a list of strings, got {facts!r}")
-        return cls(obj["id"], obj["question"], list(obj["facts_a"]), list(obj["facts_b"]), obj["gold"])
+        if keys == ("facts",):
+            facts = list(obj["facts"])
+        else:
+            a, b = obj["facts_a"], obj["facts_b"]
+            if not 0 <= len(a) - len(b) <= 1:
+                raise DataError(f"fields 'facts_a' and 'facts_b' are not two round-robin hands ({len(a)} and "
+                                f"{len(b)} facts)")
+            facts = [f for pair in zip(a, b + [None]) for f in pair if f is not None]
+        return cls(obj["id"], obj["question"], facts, obj["gold"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -231,7 +252,7 @@ def _jsonl(records: list[dict]) -> str:
 
 
 def build_datasets(source: str | Path | None, out_dir: str | Path, *, n_train: int = 1024, n_test: int = 300,
-                   seed: int = 0, strict: bool = False) -> dict:
+                   seed: int = 0, strict: bool = False, seats=("A", "B")) -> dict:
     """Split every GSM8K row, draw `n_train`/`n_test` eligible problems, write them; return a summary.
 
     Writes `train.jsonl`/`test.jsonl` (Problem records) and `eligibility_{split}.jsonl` (one line per source row:
@@ -247,15 +268,16 @@ def build_datasets(source: str | Path | None, out_dir: str | Path, *, n_train: i
     out_dir = Path(out_dir)
     files: dict[str, str] = {}
     summary: dict[str, Any] = {"source": str(source) if source is not None else HUB_NAME, "seed": seed,
+                               "seats": list(seats),
                                "out_dir": str(out_dir), "splits": {}}
     for split, n in wanted.items():
         rows, issues = load_gsm8k(source, split, strict=strict)
         records, eligible = [], []
         for row in rows:
-            sp = split_problem(row["question"])
+            sp = split_problem(row["question"], seats)
             records.append({"index": row["index"], "eligible": sp.eligible, "reason": sp.reason})
             if sp.eligible:
-                eligible.append(Problem(f"{split}-{row['index']}", sp.question, sp.facts_a, sp.facts_b, row["gold"]))
+                eligible.append(Problem(f"{split}-{row['index']}", sp.question, sp.facts, row["gold"]))
         records += [{"index": i.index, "eligible": False, "reason": f"malformed: {i.reason}"} for i in issues]
         records.sort(key=lambda r: r["index"])
         if len(eligible) < n:

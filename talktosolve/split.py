@@ -1,6 +1,6 @@
-"""Cut a word problem into fact sentences and a question, and deal the facts to two copies.
+"""Cut a word problem into fact sentences and a question, and deal the facts to the seats of a team.
 
-The rules (SPEC section 1, "data"):
+The rules:
 
 - Sentences end at a run of `.`, `?` or `!` (closing quotes and brackets right after it stay with the sentence),
   followed by whitespace and then a capital letter, a digit, an opening quote or bracket, a currency sign, or the
@@ -14,10 +14,11 @@ The rules (SPEC section 1, "data"):
   Whitespace inside a sentence is collapsed to single spaces.
 - The question is the last sentence that ends with `?` (closing quotes or brackets may follow). Every other
   sentence, before or after it, is a fact, in text order. With no such sentence the last sentence is the question.
-- Copy A gets facts 1, 3, 5, ...; copy B gets facts 2, 4, .... Both get the question.
-- Eligible: at least 2 facts, and each half holds a number written in digits (`talktosolve.numbers`).
-  Otherwise `reason` says why (`no_sentences`, `too_few_facts`, `half_a_has_no_number`,
-  `half_b_has_no_number`, `both_halves_have_no_number`); the halves and question are still filled in.
+- The facts are dealt round-robin to the seats (`arms.deal_round_robin`): with seats A, B, copy A gets facts
+  1, 3, 5, ... and copy B facts 2, 4, ...; with A, B, C, seat C gets facts 3, 6, .... Every seat gets the question.
+- Eligible: at least one fact per seat, and every hand holds a number written in digits (`talktosolve.numbers`).
+  Otherwise `reason` says why (`no_sentences`, `too_few_facts`, `no_number_in_hand_B`,
+  `no_number_in_hands_A_B`: the seats whose hands hold no number); the hands and question are still filled in.
 
 Pure Python, no torch.
 """
@@ -121,29 +122,32 @@ def ends_with_question(sentence: str) -> bool:
 class Split:
     eligible: bool
     reason: str  # "ok", or why not eligible
-    facts_a: list[str] = field(default_factory=list)  # facts 1, 3, 5, ...
-    facts_b: list[str] = field(default_factory=list)  # facts 2, 4, ...
+    facts_a: list[str] = field(default_factory=list)  # the first seat's hand: facts 1, 1+N, ...
+    facts_b: list[str] = field(default_factory=list)  # the second seat's hand: facts 2, 2+N, ...
     question: str = ""
     facts: list[str] = field(default_factory=list)  # every fact, in text order
+    hands: dict = field(default_factory=dict)  # {seat: its facts}, every seat
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def split_problem(text: str) -> Split:
-    """Split a problem's text into the two copies' facts and the shared question (rules in the module doc)."""
+def split_problem(text: str, seats=("A", "B")) -> Split:
+    """Split a problem's text into facts and the question, and deal the facts round-robin to `seats` (rules in
+    the module doc)."""
+    from talktosolve.arms import deal_round_robin
+
+    seats = tuple(seats)
     sentences = split_sentences(text)
     if not sentences:
         return Split(False, "no_sentences")
     asks = [i for i, s in enumerate(sentences) if ends_with_question(s)]
     q = asks[-1] if asks else len(sentences) - 1
     facts = sentences[:q] + sentences[q + 1:]
-    facts_a, facts_b = facts[0::2], facts[1::2]
-    if len(facts) < 2:
+    hands = deal_round_robin(facts, seats)
+    if len(facts) < len(seats):
         reason = "too_few_facts"
     else:
-        a_ok = any(has_number(f) for f in facts_a)
-        b_ok = any(has_number(f) for f in facts_b)
-        reason = {(True, True): "ok", (False, True): "half_a_has_no_number",
-                  (True, False): "half_b_has_no_number", (False, False): "both_halves_have_no_number"}[(a_ok, b_ok)]
-    return Split(reason == "ok", reason, facts_a, facts_b, sentences[q], facts)
+        empty = [seat for seat in seats if not any(has_number(f) for f in hands[seat])]
+        reason = "ok" if not empty else f"no_number_in_{'hand' if len(empty) == 1 else 'hands'}_{'_'.join(empty)}"
+    return Split(reason == "ok", reason, hands[seats[0]], hands[seats[1]], sentences[q], facts, hands)

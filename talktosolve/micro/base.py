@@ -49,7 +49,9 @@ from pathlib import Path
 
 import torch
 
+from talktosolve.arms import ARMS
 from talktosolve.chat import Seat, render_view, view
+from talktosolve.protocol import protocol_of
 from talktosolve.micro import prompts, script, task
 from talktosolve.micro.prompts import micro_chat_config
 from talktosolve.micro.tokenizer import ASSISTANT, BOXED, END, build_tokenizer, load_tokenizer, vocabulary
@@ -101,6 +103,7 @@ class Corpus:
         self.rng = random.Random(f"micro-corpus/{seed}")
         self.problems = task.make_problems("train", CORPUS["n_problems"], CORPUS["problem_seed"])
         self.chat = micro_chat_config()
+        self.protocol = protocol_of(self.chat)
         self.rep = script.Repertoire(**CORPUS["repertoire"])
         self.assistant = tokenizer.convert_tokens_to_ids(ASSISTANT)
         self.end = tokenizer.convert_tokens_to_ids(END)
@@ -119,7 +122,7 @@ class Corpus:
             arm = "cut" if self.rng.random() < CORPUS["cut_share"] else "chat"
             messages = script.scripted_chat(p.facts_a, p.facts_b, arm, self.rng, self.rep)
             for name, facts, turn in (("A", p.facts_a, 2), ("B", p.facts_b, 3)):
-                seen = view(Seat(list(facts), p.question), turn, messages[:turn], arm, self.chat)
+                seen = view(Seat(list(facts), p.question), turn, messages[:turn], ARMS[arm], self.protocol, self.chat)
                 out.append(render_view(self.tok, seen) + messages[turn] + END)
         return out[:n]
 
@@ -154,8 +157,8 @@ class Corpus:
 
 
 def task_facts(problem) -> list[str]:
-    """All of a problem's facts in text order (A's and B's interleaved)."""
-    return [f for pair in zip(problem.facts_a, problem.facts_b + [""]) for f in pair if f]
+    """All of a problem's facts in text order."""
+    return list(problem.facts)
 
 
 # ---- pretraining -------------------------------------------------------------------------------------------------

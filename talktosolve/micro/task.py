@@ -144,15 +144,14 @@ def make_problems(split: str, n: int, seed: int = 0) -> list[Problem]:
         cut = split_problem(text)
         if not cut.eligible:  # cannot happen with these templates; fail loudly if they change
             raise AssertionError(f"micro problem not eligible ({cut.reason}): {text}")
-        out.append(Problem(id=f"micro-{split}-{len(out)}", question=cut.question, facts_a=list(cut.facts_a),
-                           facts_b=list(cut.facts_b), gold=str(gold)))
+        out.append(Problem(id=f"micro-{split}-{len(out)}", question=cut.question, facts=list(cut.facts),
+                           gold=str(gold)))
     return out
 
 
 def problem_text(problem) -> str:
     """The problem's text again: facts in their original order, then the question."""
-    facts = [f for pair in zip(problem.facts_a, problem.facts_b + [""]) for f in pair if f]
-    return " ".join(facts + [problem.question])
+    return " ".join(list(problem.facts) + [problem.question])
 
 
 # ---- the one-half oracle ----------------------------------------------------------------------------------------
