@@ -54,17 +54,17 @@ def main():
         train_set, test_set, _ = load_problems(cfg, Path(tmp) / "data")
         run = Path(tmp) / "run"
         train(cfg, "chat", 0, run, train_set, progress=False)
-        for pair, player_a in (("one model", None), ("cross-play", str(run))):
+        for pair, seat_a in (("one model", None), ("cross-play", str(run))):
             for batch_chats in args.batches:
                 ev = {"batch_chats": batch_chats, "n_problems": args.n_problems}
                 warm = make_config("paper", merge_overrides(base, {"eval": {**ev, "n_problems": batch_chats // 2}}))
-                evaluate(warm, test_set, Path(tmp) / f"warm-{pair}-{batch_chats}", player_a=player_a, progress=False)
+                evaluate(warm, test_set, Path(tmp) / f"warm-{pair}-{batch_chats}", seats={"A": seat_a}, progress=False)
                 if cuda:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
                 t0 = time.perf_counter()
                 summary = evaluate(make_config("paper", merge_overrides(base, {"eval": ev})), test_set,
-                                   Path(tmp) / f"eval-{pair}-{batch_chats}", player_a=player_a, progress=False)
+                                   Path(tmp) / f"eval-{pair}-{batch_chats}", seats={"A": seat_a}, progress=False)
                 row = {"pair": pair, "batch_chats": batch_chats, "chats": summary["n_chats"],
                        "seconds": time.perf_counter() - t0,
                        "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}

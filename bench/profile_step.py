@@ -61,6 +61,7 @@ def main():
     from transformers import AutoConfig, AutoTokenizer
 
     import talktosolve.fast_engine as fe
+    import talktosolve.reward as rw
     import talktosolve.rollout as ro
     import talktosolve.train as tr
     from talktosolve.config import make_config, merge_overrides, parse_overrides
@@ -70,7 +71,7 @@ def main():
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
     ro._encode = timed("sample/encode_views", ro._encode)
-    ro.score_chats = timed("sample/grade", ro.score_chats)
+    rw.score_chats = timed("grade", rw.score_chats)
     fe.StaticEngine.generate = timed("sample/generate", fe.StaticEngine.generate)
     fe.StaticEngine._prefill = timed("sample/generate/prefill", fe.StaticEngine._prefill)
     fe.StaticEngine._graph = timed("sample/generate/graph_lookup_or_capture", fe.StaticEngine._graph)

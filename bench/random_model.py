@@ -24,11 +24,13 @@ def stand_in_rewards() -> None:
     advantage would be 0 and the learner, which skips zero-advantage messages (`grpo`), would read nothing:
     chat k of each group scores k % 2 instead, so every message is trained (the learning phase's worst case).
     Grading itself (a few ms a step) is then not timed."""
-    import talktosolve.rollout as rollout
+    import talktosolve.reward as reward
 
-    def score(chats):
+    def score(chats, protocol):
         for c in chats:
             right = c.index % 2 == 1
-            c.answers, c.correct, c.reward = {"A": None, "B": None}, {"A": right, "B": right}, float(right)
+            c.answers = {seat: None for seat in protocol.seats}
+            c.correct = {seat: right for seat in protocol.seats}
+            c.reward = float(right)
 
-    rollout.score_chats = score
+    reward.score_chats = score

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from talktosolve.arms import ARMS
 from talktosolve.config import ConfigError, make_config, parse_overrides, preset_names
 
 
@@ -68,9 +69,17 @@ def cmd_eval(args) -> int:
     cfg = _config(args, data={"gsm8k": args.gsm8k})
     out = Path(args.out)
     _, test_set, _ = load_problems(cfg, out / "data")
-    summary = evaluate(cfg, test_set, out, arm=args.arm, player_a=args.a, player_b=args.b, progress=not args.quiet)
+    seats = {"A": args.a, "B": args.b}
+    for item in args.seat or []:
+        seat, sep, path = item.partition("=")
+        if not sep or not seat or not path:
+            raise ConfigError(f"`--seat {item}`: expected SEAT=FOLDER, e.g. `--seat C=runs/micro-3/runs/chat-s0`.")
+        seats[seat] = path
+    seats = {seat: path for seat, path in seats.items() if path is not None}
+    summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, progress=not args.quiet)
     talk = summary["talk"]
-    print(f"accuracy {summary['accuracy']:.3f} (A {summary['acc_a']:.3f}, B {summary['acc_b']:.3f}) over "
+    by_seat = ", ".join(f"{seat} {acc:.3f}" for seat, acc in summary["acc"].items())
+    print(f"accuracy {summary['accuracy']:.3f} ({by_seat}) over "
           f"{summary['n_problems']} problems; send {_f(talk['send'])} use {_f(talk['use'])} ask {_f(talk['ask'])} "
           f"agree {_f(talk['agree'])}\nwrote {out}/summary.json and {out}/chats.jsonl")
     return 0
@@ -154,16 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train one arm and seed into a run folder (resumes if it exists)")
     _common(p, "paper")
-    p.add_argument("--arm", choices=["chat", "cut"], required=True)
+    p.add_argument("--arm", choices=list(ARMS), required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="run folder")
     p.set_defaults(fn=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a pair of players on held-out problems")
+    p = sub.add_parser("eval", help="evaluate a team (who plays each seat) on held-out problems")
     _common(p, "paper")
     p.add_argument("--a", help="copy A: a run folder or adapter folder (default: the untrained base)")
     p.add_argument("--b", help="copy B: a run folder or adapter folder (default: the untrained base)")
-    p.add_argument("--arm", choices=["chat", "cut"], default="chat")
+    p.add_argument("--seat", action="append", metavar="SEAT=FOLDER",
+                   help="any seat of the protocol played by a run or adapter folder, e.g. --seat C=runs/x "
+                        "(repeatable; seats not given are the untrained base)")
+    p.add_argument("--arm", choices=list(ARMS), default="chat")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(fn=cmd_eval)
 
@@ -173,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="also print the full report as JSON")
     p.set_defaults(fn=cmd_compare)
 
-    p = sub.add_parser("recipe", help="the whole recipe: both arms x seeds, evals, cross-play, compare, report")
+    p = sub.add_parser("recipe", help="the whole recipe: arms x seeds, evals, cross-play, comparisons, report")
     _common(p, "micro")
     p.add_argument("--out", help="output folder (default: runs/PRESET)")
     p.set_defaults(fn=cmd_recipe)

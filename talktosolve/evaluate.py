@@ -1,21 +1,25 @@
-"""Held-out evaluation of a pair of players: each problem x `chats_per_problem` chats, both copies graded.
+"""Held-out evaluation of a team: each problem x `chats_per_problem` chats, every seat's answer graded.
 
-A player is the untrained base or a trained model (a run folder or an adapter folder), and A and B are chosen
-independently, so cross-play (trained A, base B) is the same call. Every model is evaluated with the same
-sampling seed on the same problems, so the per-problem scores of two evaluations are paired.
+Each seat is played by the untrained base or a trained model (a run folder or an adapter folder), chosen seat by
+seat, so cross-play (a trained model in one seat, the base in the others) is the same call. Every team is
+evaluated with the same sampling seed on the same problems, so the per-problem scores of two evaluations are
+paired.
 
 Outputs, in `out_dir`: `chats.jsonl` (every chat, as in training transcripts) and `summary.json`: accuracy (mean
-of the 4 graded answers per problem, averaged), A's and B's accuracy, the per-problem scores (for the paired
-comparison), and the talk metrics aggregated over chats.
+of the graded answers per problem: seats x chats, averaged over problems), each seat's accuracy, the per-problem
+scores (for the paired comparison), the talk metrics aggregated over chats, and who sat where (`seats`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from talktosolve.config import Config, config_key
+from talktosolve.arms import ARMS
+from talktosolve.config import Config, ConfigError, config_key
 from talktosolve.fast_engine import make_engine
 from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
+from talktosolve.protocol import Protocol, protocol_of
+from talktosolve import reward
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import read_json, write_json, write_text
 from talktosolve.talk import aggregate_talk, chat_talk
@@ -24,10 +28,10 @@ import json
 import time
 
 
-def eval_key(cfg: Config, arm: str, player_a: str | None, player_b: str | None) -> str:
+def eval_key(cfg: Config, arm: str, seats: dict[str, str | None]) -> str:
     d = cfg.to_dict()
     return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": d["eval"], "arm": arm,
-                       "a": _weights_key(player_a), "b": _weights_key(player_b)})
+                       "seats": {seat: _weights_key(path) for seat, path in seats.items()}})
 
 
 def _weights_key(path: str | None) -> str | None:
@@ -43,66 +47,75 @@ def is_current(out_dir: Path, key: str) -> bool:
     return summary.exists() and read_json(summary).get("key") == key
 
 
-def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", player_a: str | None = None,
-             player_b: str | None = None, progress: bool = True, label: str = "eval") -> dict:
-    """Evaluate A=`player_a`, B=`player_b` (None = the untrained base) in `arm`; returns the summary."""
+def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
+             seats: dict[str, str | None] | None = None, progress: bool = True, label: str = "eval") -> dict:
+    """Evaluate the team whose seat s is played by `seats[s]` (a run or adapter folder; None or absent: the
+    untrained base) in `arm`; returns the summary."""
     from tqdm.auto import tqdm
 
+    protocol = protocol_of(cfg.chat)
+    unknown = sorted(set(seats or {}) - set(protocol.seats))
+    if unknown:
+        raise ConfigError(f"no seat {', '.join(unknown)} in this protocol; its seats are {', '.join(protocol.seats)}.")
+    seats = {seat: (seats or {}).get(seat) for seat in protocol.seats}
     out_dir = Path(out_dir)
-    key = eval_key(cfg, arm, player_a, player_b)
+    key = eval_key(cfg, arm, seats)
     if is_current(out_dir, key):
         return read_json(out_dir / "summary.json")
     e = cfg.eval
     problems = problems[: e.n_problems]
     device = resolve_device(cfg.device)
     tokenizer = load_tokenizer(cfg.model)
-    model_a = load_player_model(cfg, player_a, device)
-    model_b = model_a if player_b == player_a else load_player_model(cfg, player_b, device)
-
-    def player(m):
-        return Player(make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
-                                  temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                                  kind=cfg.chat.engine), tokenizer)
-
-    # One engine serves both copies when they are one model (as in training: each copy keeps its own KV
-    # session), so its sampling weights and KV cache are held once, not twice.
-    players = (player(model_a),) * 2 if model_b is model_a else (player(model_a), player(model_b))
+    # One engine per distinct model: seats played by one model share its engine (each seat keeps its own KV
+    # session), so its sampling weights and KV cache are held once, not once per seat.
+    by_path: dict = {}
+    for path in seats.values():
+        if path not in by_path:
+            model = load_player_model(cfg, path, device)
+            by_path[path] = Player(make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                                               temperature=cfg.chat.temperature,
+                                               force_max_length=cfg.chat.force_max_length, kind=cfg.chat.engine),
+                                   tokenizer)
+    players = {seat: by_path[path] for seat, path in seats.items()}
     began = time.perf_counter()
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []
     bar = tqdm(total=len(problems), desc=label, disable=not progress, dynamic_ncols=True)
     for b, i in enumerate(range(0, len(problems), per_batch)):
         batch = problems[i:i + per_batch]
-        chats += play_chats(batch, arm, players, cfg.chat, chats_per_problem=e.chats_per_problem,
+        played = play_chats(batch, ARMS[arm], players, protocol, cfg.chat, chats_per_problem=e.chats_per_problem,
                             seed=e.seed * 1_000_003 + b)
+        reward.score_chats(played, protocol)
+        chats += played
         bar.update(len(batch))
     bar.close()
     transcripts = [c.transcript() for c in chats]
-    summary = summarize(chats, transcripts, e.chats_per_problem)
+    summary = summarize(chats, transcripts, e.chats_per_problem, protocol)
     summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm,
-                    "player_a": player_a or "base", "player_b": player_b or "base"})
+                    "seats": {seat: path or "base" for seat, path in seats.items()}})
     write_text(out_dir / "chats.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
     write_json(out_dir / "summary.json", summary)
     return summary
 
 
-def summarize(chats: list, transcripts: list[dict], chats_per_problem: int) -> dict:
-    """Accuracy per problem (mean of its graded answers) and overall, plus aggregated talk metrics."""
+def summarize(chats: list, transcripts: list[dict], chats_per_problem: int, protocol: Protocol) -> dict:
+    """Accuracy per problem (mean of its graded answers: every seat of every chat) and overall, each seat's
+    accuracy, and the aggregated talk metrics."""
     scores, ids = [], []
+    n_seats = len(protocol.seats)
     for i in range(0, len(chats), chats_per_problem):
         group = chats[i:i + chats_per_problem]
-        scores.append(sum(c.correct["A"] + c.correct["B"] for c in group) / (2 * len(group)))
+        scores.append(sum(sum(c.correct.values()) for c in group) / (n_seats * len(group)))
         ids.append(group[0].problem_id)
     n = len(chats)
     return {
         "accuracy": sum(scores) / len(scores),
-        "acc_a": sum(c.correct["A"] for c in chats) / n,
-        "acc_b": sum(c.correct["B"] for c in chats) / n,
+        "acc": {seat: sum(c.correct[seat] for c in chats) / n for seat in protocol.seats},
         "n_problems": len(scores),
         "n_chats": n,
         "problem_ids": ids,
         "scores": scores,
-        "talk": aggregate_talk([chat_talk(t) for t in transcripts]),
-        "tokens_per_message": sum(len(t.completion_ids) for c in chats for t in c.turns) / (4 * n),
-        "truncated_share": sum(t.truncated for c in chats for t in c.turns) / (4 * n),
+        "talk": aggregate_talk([chat_talk(t, protocol) for t in transcripts]),
+        "tokens_per_message": sum(len(t.completion_ids) for c in chats for t in c.turns) / (protocol.n_turns * n),
+        "truncated_share": sum(t.truncated for c in chats for t in c.turns) / (protocol.n_turns * n),
     }

@@ -1,8 +1,9 @@
 r"""The GRPO learner: team rewards in, one on-policy update out. It never sees chat text, only token ids.
 
-The objective, for one step over problems q = 1..Q, each with G chats, each chat with 4 messages:
+The objective, for one step over problems q = 1..Q, each with G chats, each chat with T messages (the turns of
+the team's protocol, N seats):
 
-    r_{q,g}  = (correct_A + correct_B) / 2                       team reward of chat g on problem q
+    r_{q,g}  = (1/N) * sum_s correct_s                           team reward of chat g on problem q (`reward`)
     A_{q,g}  = r_{q,g} - (1/G) * sum_g' r_{q,g'}                 advantage: group-centred, NO std scaling
     message m of chat (q,g) is a sample (x_m, y_m): its writer's view x_m and its own generated tokens y_m;
     every message of the chat carries the chat's advantage A_{q,g}.
@@ -13,13 +14,13 @@ The objective, for one step over problems q = 1..Q, each with G chats, each chat
 so grad L = -(1/N) sum_m A_m sum_t grad log pi(y_{m,t}). One update per batch (on-policy), so the PPO ratio is 1
 and the clip never acts: we drop it rather than compute a no-op. No KL term, no reference model.
 
-Departures from textbook GRPO (Shao et al. 2024), all from the recipe (SPEC section 1):
+Departures from textbook GRPO (Shao et al. 2024), all from the recipe:
 - no division of the advantage by the group's standard deviation (it over-weights near-uniform groups);
 - no KL penalty, one on-policy update per batch (no ratio clipping needed);
 - the loss is normalised by the step's total generated-token count N (token-level, as DAPO and TRL's
   `bnpo`/`dapo`), not per-sequence then per-group: long and short messages weigh by their tokens. Because N is
   the whole step's count, gradient accumulation over micro-batches gives exactly the full-batch gradient;
-- the reward is a team reward shared by both copies' messages (multi-agent; the copies share one policy).
+- the reward is a team reward shared by every seat's messages (multi-agent; the seats share one policy).
 
 A message whose exact tokens begin a later view of the same chat (a copy's first message inside its final
 view) is read from that view's row instead of its own (`to_sequences`): same log-probs, less compute. A message
@@ -65,9 +66,6 @@ def group_advantages(rewards: list[list[float]]) -> list[list[float]]:
     return out
 
 
-MESSAGES_PER_CHAT = 4
-
-
 @dataclass
 class Sequence:
     """One forward pass's row: token ids and the spans of trained tokens in it, each with its advantage."""
@@ -108,7 +106,7 @@ def to_sequences(samples: list[Sample]) -> list[Sequence]:
 
 
 def microbatches(rows: list[Sequence], chats_per_microbatch: int, max_tokens: int = 0,
-                 pad_multiple: int = 1) -> list[list[Sequence]]:
+                 pad_multiple: int = 1, messages_per_chat: int = 4) -> list[list[Sequence]]:
     """Rows grouped by length into micro-batches: as many messages as `chats_per_microbatch` chats hold, or,
     with `max_tokens` > 0, as many rows as fit that many padded tokens (rows x width, the width rounded up to
     `pad_multiple`); a row longer than the budget goes alone.
@@ -117,7 +115,7 @@ def microbatches(rows: list[Sequence], chats_per_microbatch: int, max_tokens: in
     length instead of whole chats cuts the padding. The update is the same either way: the loss is a sum over
     tokens divided by the step's token count, whatever the grouping.
     """
-    size = MESSAGES_PER_CHAT * chats_per_microbatch
+    size = messages_per_chat * chats_per_microbatch
     out: list[list[Sequence]] = []
     batch: list[Sequence] = []
     spans = 0
@@ -246,7 +244,8 @@ class NonFiniteLoss(RuntimeError):
 
 
 def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_per_microbatch: int,
-                grad_clip: float, device, n_tokens: int | None = None, microbatch_tokens: int = 0) -> StepStats:
+                grad_clip: float, device, n_tokens: int | None = None, microbatch_tokens: int = 0,
+                messages_per_chat: int = 4) -> StepStats:
     """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches).
 
     Data-parallel: each rank passes its own samples and the step's global token count `n_tokens`; gradients
@@ -264,7 +263,8 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     total = torch.zeros((), device=device)
     gpu = device.type == "cuda"
     trained = [s for s in samples if s.advantage != 0]
-    batches = microbatches(to_sequences(trained), chats_per_microbatch, microbatch_tokens, _pad_multiple(device))
+    batches = microbatches(to_sequences(trained), chats_per_microbatch, microbatch_tokens, _pad_multiple(device),
+                           messages_per_chat)
     row_tokens = padded = 0
     with _autocast_adapter(model, gpu):
         for batch in batches:

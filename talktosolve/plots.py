@@ -1,9 +1,12 @@
 """The report's plots, drawn from `results.json` with matplotlib's Agg canvas (no display, no pyplot state).
 
 * `learning_curves.png`  team reward per training step, per arm; each seed a light raw line and a smoothed line.
-* `accuracy.png`         accuracy with 95% intervals: base pairs, each trained pair, each arm, cross-play.
-* `talk.png`             send, use, use given sent, ask, agree before (base-chat) and after training.
-* `cross_play.png`       per arm and seed: base pair vs trained pair vs cross-play.
+* `accuracy.png`         accuracy with 95% intervals: base teams, each trained team, each arm, cross-play (both
+  sides).
+* `talk.png`             send, use, use given sent, ask, agree before (the base team) and after training.
+* `cross_play.png`       per run: base team vs trained team vs cross-play vs its other side.
+
+Evaluations are found by their records (`results.find_eval`: arm, kind, run), never by their names.
 
 Deterministic: the same results give byte-identical PNGs (no timestamps in the metadata). matplotlib is imported
 only when a plot is drawn.
@@ -14,12 +17,10 @@ from __future__ import annotations
 import io
 from typing import Any, Callable
 
+from talktosolve.results import find_eval, run_names
+
 PLOTS = ("learning_curves.png", "accuracy.png", "talk.png", "cross_play.png")
 TALK_SHOWN = (("send", "send"), ("use", "use"), ("use_given_sent", "use | sent"), ("ask", "ask"), ("agree", "agree"))
-
-
-def _seeds(results: dict) -> list[str]:
-    return [str(s) for s in results["run"]["seeds"]]
 
 
 def _arms(results: dict) -> list[str]:
@@ -28,9 +29,14 @@ def _arms(results: dict) -> list[str]:
 
 # --------------------------------------------------------------------------------------------------- plots
 
-_ARM_COLOR = {"chat": "#1f77b4", "cut": "#ff7f0e"}
+_ARM_COLOR = {"chat": "#1f77b4", "cut": "#ff7f0e", "full": "#9467bd"}
 _BASE_COLOR = "#7f7f7f"
 _CROSS_COLOR = "#2ca02c"
+_OTHERS_COLOR = "#8c564b"
+
+
+def _arm_color(arm: str) -> str:
+    return _ARM_COLOR.get(arm, "#17becf")
 _SEED_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
@@ -83,19 +89,19 @@ def _errbar(ax, x, ev: dict, color, label=None, marker="o") -> None:
 def plot_learning_curves(results: dict) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
-    arms, seeds = _arms(results), _seeds(results)
+    arms = _arms(results)
     fig, axes = _figure(5.0 * len(arms) + 1.0, 4.2, ncols=len(arms))
     for ax, arm in zip(axes, arms):
         drawn = False
-        for k, seed in enumerate(seeds):
-            points = sorted(results["curves"].get(f"{arm}-s{seed}", []), key=lambda p: p["step"])
+        for k, run in enumerate(run_names(results, arm)):
+            points = sorted(results["curves"].get(run, []), key=lambda p: p["step"])
             if not points:
                 continue
             steps = [p["step"] for p in points]
             reward = [p["reward"] for p in points]
             color = _SEED_COLORS[k % len(_SEED_COLORS)]
             ax.plot(steps, reward, color=color, alpha=0.25, linewidth=1.0)
-            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, label=f"seed {seed}")
+            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, label=f"seed {results['runs'][run]['seed']}")
             drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
@@ -111,29 +117,30 @@ def plot_learning_curves(results: dict) -> bytes:
 
 
 def plot_accuracy(results: dict) -> bytes:
-    evals, arms, seeds = results["evals"], _arms(results), _seeds(results)
-    fig, (ax,) = _figure(max(6.0, 0.55 * (len(arms) * (2 * len(seeds) + 2)) + 2.5), 4.6)
+    arms = _arms(results)
+    n_runs = len(results["runs"])
+    fig, (ax,) = _figure(max(6.0, 0.55 * (3 * n_runs + 2 * len(arms)) + 2.5), 4.6)
     labels: list[str] = []
     x = 0
 
-    def put(ev: dict, label: str, color, marker="o") -> None:
+    def put(found, color, marker="o", label=None) -> None:
         nonlocal x
-        _errbar(ax, x, ev, color, marker=marker)
-        labels.append(label)
+        if found is None:
+            return
+        _errbar(ax, x, found[1], color, marker=marker)
+        labels.append(label or found[0])
         x += 1
 
     for arm in arms:
-        if f"base-{arm}" in evals:
-            put(evals[f"base-{arm}"], f"base ({arm})", _BASE_COLOR)
+        put(find_eval(results, arm, "base"), _BASE_COLOR)
     for arm in arms:
-        for seed in seeds:
-            if f"{arm}-s{seed}" in evals:
-                put(evals[f"{arm}-s{seed}"], f"{arm}-s{seed}", _ARM_COLOR[arm])
-        put(results["arms"][arm], f"{arm} (all)", _ARM_COLOR[arm], marker="D")
-    for arm in arms:
-        for seed in seeds:
-            if f"cross-{arm}-s{seed}" in evals:
-                put(evals[f"cross-{arm}-s{seed}"], f"cross-{arm}-s{seed}", _CROSS_COLOR, marker="s")
+        for run in run_names(results, arm):
+            put(find_eval(results, arm, "team", run), _arm_color(arm))
+        put((arm, results["arms"][arm]), _arm_color(arm), marker="D", label=f"{arm} (all)")
+    for kind, color in (("cross", _CROSS_COLOR), ("cross_others", _OTHERS_COLOR)):
+        for arm in arms:
+            for run in run_names(results, arm):
+                put(find_eval(results, arm, kind, run), color, marker="s")
     ax.set_xticks(range(len(labels)), labels, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("accuracy (95% interval)")
     ax.set_ylim(-0.02, 1.02)
@@ -143,17 +150,18 @@ def plot_accuracy(results: dict) -> bytes:
 
 
 def plot_talk(results: dict) -> bytes:
-    evals, arms, seeds = results["evals"], _arms(results), _seeds(results)
-    series: list[tuple[str, Any]] = []
-    if "base-chat" in evals:
-        series.append(("base-chat (before)", _BASE_COLOR))
+    arms = _arms(results)
+    series: list[tuple[str, dict, Any]] = []
+    before = find_eval(results, "chat", "base") or find_eval(results, arms[0], "base")
+    if before is not None:
+        series.append((f"{before[0]} (before)", before[1], _BASE_COLOR))
     for arm in arms:
-        names = [f"{arm}-s{s}" for s in seeds if f"{arm}-s{s}" in evals]
-        series += [(n, _shade(_ARM_COLOR[arm], k, len(names))) for k, n in enumerate(names)]
+        found = [f for f in (find_eval(results, arm, "team", r) for r in run_names(results, arm)) if f]
+        series += [(name, ev, _shade(_arm_color(arm), k, len(found))) for k, (name, ev) in enumerate(found)]
     fig, (ax,) = _figure(max(7.0, 1.0 + 0.3 * len(series) * len(TALK_SHOWN)), 4.4)
     width = 0.8 / max(1, len(series))
-    for j, (name, color) in enumerate(series):
-        talk = evals[name.split(" ")[0]]["talk"]
+    for j, (name, ev, color) in enumerate(series):
+        talk = ev["talk"]
         xs, ys = [], []
         for i, (key, _) in enumerate(TALK_SHOWN):
             if talk.get(key) is not None:
@@ -163,40 +171,46 @@ def plot_talk(results: dict) -> bytes:
     ax.set_xticks(range(len(TALK_SHOWN)), [label for _, label in TALK_SHOWN])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share")
-    ax.set_title("Talk before (untrained pair) and after training")
+    ax.set_title("Talk before (untrained team) and after training")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncols=2 if len(series) > 4 else 1, loc="upper right")
     return _png(fig)
 
 
 def plot_cross_play(results: dict) -> bytes:
-    evals, arms, seeds = results["evals"], _arms(results), _seeds(results)
-    groups = [(arm, seed) for arm in arms for seed in seeds
-              if f"{arm}-s{seed}" in evals and f"cross-{arm}-s{seed}" in evals]
-    fig, (ax,) = _figure(max(6.0, 1.2 * len(groups) + 2.0), 4.4)
-    kinds = (("base pair", lambda a, s: evals.get(f"base-{a}"), _BASE_COLOR),
-             ("trained pair", lambda a, s: evals.get(f"{a}-s{s}"), None),
-             ("cross-play (trained A + base B)", lambda a, s: evals.get(f"cross-{a}-s{s}"), _CROSS_COLOR))
-    width = 0.26
+    arms = _arms(results)
+    seats = results["run"]["protocol"]["seats"]
+    first = seats[0]
+    groups = [(arm, run) for arm in arms for run in run_names(results, arm)
+              if find_eval(results, arm, "team", run) and find_eval(results, arm, "cross", run)]
+    fig, (ax,) = _figure(max(6.0, 1.5 * len(groups) + 2.0), 4.4)
+    kinds = (("base team", lambda a, r: find_eval(results, a, "base"), _BASE_COLOR),
+             ("trained team", lambda a, r: find_eval(results, a, "team", r), None),
+             (f"cross-play (trained {first} + base)", lambda a, r: find_eval(results, a, "cross", r), _CROSS_COLOR),
+             (f"other side (base {first} + trained)", lambda a, r: find_eval(results, a, "cross_others", r),
+              _OTHERS_COLOR))
+    width = 0.2
     for j, (label, get, color) in enumerate(kinds):
-        for i, (arm, seed) in enumerate(groups):
-            ev = get(arm, seed)
-            if ev is None:
+        for i, (arm, run) in enumerate(groups):
+            found = get(arm, run)
+            if found is None:
                 continue
+            ev = found[1]
             acc = ev["accuracy"]
-            ax.bar(i + (j - 1) * width, acc, width=width, color=color or _ARM_COLOR[arm],
+            ax.bar(i + (j - 1.5) * width, acc, width=width, color=color or _arm_color(arm),
                    yerr=[[max(0.0, acc - ev["lo"])], [max(0.0, ev["hi"] - acc)]], capsize=3,
                    error_kw={"elinewidth": 1}, label=label if i == 0 and color else None)
-    ax.set_xticks(range(len(groups)), [f"{a}-s{s}" for a, s in groups])
+    ax.set_xticks(range(len(groups)), [run for _, run in groups])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("accuracy (95% interval)")
-    ax.set_title("Cross-play vs trained pair vs base pair")
+    ax.set_title("Cross-play vs trained team vs base team")
     ax.grid(axis="y", alpha=0.3)
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=_BASE_COLOR, label="base pair")]
-    handles += [Patch(color=_ARM_COLOR[a], label=f"trained pair ({a})") for a in arms]
-    handles.append(Patch(color=_CROSS_COLOR, label="cross-play (trained A + base B)"))
+    handles = [Patch(color=_BASE_COLOR, label="base team")]
+    handles += [Patch(color=_arm_color(a), label=f"trained team ({a})") for a in arms]
+    handles.append(Patch(color=_CROSS_COLOR, label=f"cross-play (trained {first} + base)"))
+    handles.append(Patch(color=_OTHERS_COLOR, label=f"other side (base {first} + trained)"))
     ax.legend(handles=handles, fontsize=8, loc="upper right")
     return _png(fig)
 

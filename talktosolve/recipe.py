@@ -14,21 +14,30 @@ order (see `train.train_runs`); with `parallel_runs=N`, N at a time in separate 
 
 Each stage's output carries the config key that produced it (`done.json`, `summary.json`), so a rerun skips
 what is finished under the same config, resumes a training run from its last checkpoint, and redoes what a
-changed setting made stale. Evaluation names: `base-{arm}` (the untrained pair), `{arm}-s{seed}` (a trained
-model as both copies, in its own arm), `cross-{arm}-s{seed}` (trained A with the untrained base as B).
+changed setting made stale.
+
+Evaluations are `EvalSpec` records (an arm, and who plays each seat: a run or the base; `recipe_evals`): the
+untrained team in each arm, each trained run in every seat, cross-play (the run in the first seat, the base in
+the others) and its other side (the base in the first seat, the run in the others), each in the run's own arm.
+Their folder names (`base-chat`, `chat-s0`, `cross-chat-s0`, `cross-others-chat-s0`) are for reading only;
+results.json records each evaluation's arm and seats.
 """
 
 from __future__ import annotations
 
 import datetime
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 
 from talktosolve import __version__
+from talktosolve.arms import ARMS, comparison_arms
+from talktosolve.chat import Seat, view
 from talktosolve.config import Config
 from talktosolve.evaluate import evaluate
 from talktosolve.stats import mean_ci, paired_delta_report
 from talktosolve.store import read_jsonl, write_json
+from talktosolve.protocol import Protocol, protocol_of
 from talktosolve.tasks import load_problems, split_checks
 from talktosolve.train import train, train_runs
 
@@ -37,7 +46,43 @@ CUT_MARGIN = 0.05
 
 
 def run_name(arm: str, seed: int) -> str:
+    """A training run's folder and display name (`chat-s0`); results refer to a run by it."""
     return f"{arm}-s{seed}"
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One evaluation of the recipe: an arm, and who plays each seat (a run's name, or None for the base)."""
+
+    arm: str
+    seats: tuple[str | None, ...]
+    """One entry per seat of the protocol, in its order."""
+
+    @property
+    def name(self) -> str:
+        """For display and the folder only; nothing reads an evaluation's identity back from it."""
+        first, rest = self.seats[0], set(self.seats[1:])
+        if first is None and rest == {None}:
+            return f"base-{self.arm}"
+        if rest == {first}:
+            return first
+        if rest == {None}:
+            return f"cross-{first}"
+        return f"cross-others-{rest.pop()}" if first is None and len(rest) == 1 else "-".join(map(str, self.seats))
+
+
+def recipe_evals(cfg: Config, protocol: Protocol) -> list[EvalSpec]:
+    """The recipe's evaluations: the untrained team in each arm; for each trained run, the run in every seat,
+    the run in the first seat with the base in the others (cross-play), and the base in the first seat with the
+    run in the others (the other side)."""
+    n = len(protocol.seats)
+    out = [EvalSpec(arm, (None,) * n) for arm in cfg.arms]
+    for arm in cfg.arms:
+        for seed in cfg.seeds:
+            run = run_name(arm, seed)
+            out += [EvalSpec(arm, (run,) * n), EvalSpec(arm, (run,) + (None,) * (n - 1)),
+                    EvalSpec(arm, (None,) + (run,) * (n - 1))]
+    return out
 
 
 def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool = True,
@@ -47,12 +92,14 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     write_json(out / "config.json", {"preset": preset, **cfg.to_dict()})
+    protocol = protocol_of(cfg.chat)
     train_set, test_set, eligibility = load_problems(cfg, out / "data")
     test_set = test_set[: cfg.eval.n_problems]
 
-    def ev(name, arm, a=None, b=None):
-        return evaluate(cfg, test_set, out / "evals" / name, arm=arm, player_a=a, player_b=b,
-                        progress=progress, label=f"eval {name}")
+    def ev(spec: EvalSpec) -> dict:
+        seats = {seat: None if run is None else str(out / "runs" / run) for seat, run in zip(protocol.seats, spec.seats)}
+        return evaluate(cfg, test_set, out / "evals" / spec.name, arm=spec.arm, seats=seats, progress=progress,
+                        label=f"eval {spec.name}")
 
     if cfg.parallel_runs > 1:
         train_in_parallel(cfg, out)
@@ -62,15 +109,19 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
         for group in (runs[i:i + k] for i in range(0, len(runs), k)):  # fixed groups: a rerun resumes the same
             train_runs(cfg, group, train_set, progress=progress,
                        loggers=[loggers_for(run_name(a, s)) if loggers_for else () for a, s, _ in group])
-    evals = {f"base-{arm}": ev(f"base-{arm}", arm) for arm in ("chat", "cut")}
+    specs = recipe_evals(cfg, protocol)
+    evals: dict[EvalSpec, dict] = {}
+    for spec in specs:
+        if all(run is None for run in spec.seats):
+            evals[spec] = ev(spec)
     for arm in cfg.arms:
         for seed in cfg.seeds:
             name = run_name(arm, seed)
-            run_dir = out / "runs" / name
             loggers = loggers_for(name) if loggers_for else ()
-            train(cfg, arm, seed, run_dir, train_set, progress=progress, loggers=loggers)
-            evals[name] = ev(name, arm, str(run_dir), str(run_dir))
-            evals[f"cross-{name}"] = ev(f"cross-{name}", arm, str(run_dir), None)
+            train(cfg, arm, seed, out / "runs" / name, train_set, progress=progress, loggers=loggers)
+            for spec in specs:
+                if name in spec.seats:
+                    evals[spec] = ev(spec)
     results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset)
     results["run"]["started"] = started
     results["run"]["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -133,103 +184,124 @@ def train_in_parallel(cfg: Config, out: Path) -> None:
                             "(or set parallel_runs=1 to see the error in this process).")
 
 
-def cut_never_sees_partner(chats_files: list[Path], chat_cfg) -> bool:
-    """Transcript check: no cut-arm view depends on the partner's words.
+def views_respect_arms(chats_files: list[Path], protocol: Protocol, chat_cfg) -> bool:
+    """Transcript check, for every arm: no seat ever saw what its arm hides from it.
 
-    For every message of every cut-arm chat, the view stored in the transcript must equal the view rebuilt with
-    each of the partner's messages replaced by junk it cannot contain. Equality means the partner's words were
-    nowhere in what the copy saw (a substring search would be fooled by short messages such as `yes`).
-    """
-    from talktosolve.chat import SPEAKERS, Seat, view
-
+    For every chat, each seat's recorded hand must be exactly what its arm deals it; and for every message, the
+    view stored in the transcript must equal the view rebuilt from that hand with every message the arm hides
+    from the writer replaced by junk it cannot contain. Equality means the hidden words and facts were nowhere in
+    what the seat saw (a substring search would be fooled by short messages such as `yes`)."""
     for path in chats_files:
         for chat in read_jsonl(path):
-            if chat["arm"] != "cut":
-                continue
+            arm = ARMS[chat["arm"]].hiding(chat.get("hidden", ()))
+            hands = arm.hands(chat["facts"], protocol.seats)
+            if chat["hands"] != hands:
+                return False
             msgs = [m["text"] for m in chat["messages"]]
-            seats = {"A": Seat(chat["facts_a"], chat["question"]), "B": Seat(chat["facts_b"], chat["question"])}
             for i, m in enumerate(chat["messages"]):
-                me = SPEAKERS[i]
-                junk = [t if SPEAKERS[j] == me else f"\x00partner-{j}\x00" for j, t in enumerate(msgs[:i])]
-                if m["view"] != view(seats[me], i, junk, "cut", chat_cfg):
+                me = protocol.speaker(i)
+                junk = [t if arm.shows(me, protocol.speaker(j), j) else f"\x00hidden-{j}\x00"
+                        for j, t in enumerate(msgs[:i])]
+                if m["view"] != view(Seat(hands[me], chat["question"]), i, junk, arm, protocol, chat_cfg):
                     return False
     return True
 
 
 def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibility: dict | None,
                   preset: str) -> dict:
+    """results.json (schema 2, docs/results.md) from the evaluations (`{EvalSpec: summary}`) and run folders."""
     import numpy as np
 
+    protocol = protocol_of(cfg.chat)
+    n = len(protocol.seats)
     seeds = list(cfg.seeds)
-    base = evals["base-chat"]["accuracy"]
+
+    def find(arm: str, seats: tuple) -> dict:
+        return evals[EvalSpec(arm, seats)]
+
+    def pair(arm: str, seed: int) -> dict:
+        return find(arm, (run_name(arm, seed),) * n)
+
+    def scores(arm: str):
+        return np.array([pair(arm, s)["scores"] for s in seeds])  # [S, P]
+
+    # The untrained team the trained ones are held against: in the chat arm when it ran, else in the arm's own.
+    def base(arm: str) -> float:
+        return find("chat" if "chat" in cfg.arms else arm, (None,) * n)["accuracy"]
+
     arms = {}
     for arm in cfg.arms:
-        matrix = np.array([evals[run_name(arm, s)]["scores"] for s in seeds])  # [S, P]
-        acc, lo, hi = mean_ci(matrix)
+        acc, lo, hi = mean_ci(scores(arm))
         per_seed = {}
         for s in seeds:
-            m, l, h = mean_ci(np.array([evals[run_name(arm, s)]["scores"]]))
+            run = run_name(arm, s)
+            m, l, h = mean_ci(np.array([pair(arm, s)["scores"]]))
             per_seed[str(s)] = {"accuracy": m, "lo": l, "hi": h,
-                                "cross_play": evals[f"cross-{run_name(arm, s)}"]["accuracy"]}
+                                "cross_play": find(arm, (run,) + (None,) * (n - 1))["accuracy"],
+                                "cross_play_others": find(arm, (None,) + (run,) * (n - 1))["accuracy"]}
         arms[arm] = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
-    comparison = None
-    if "chat" in cfg.arms and "cut" in cfg.arms:
-        comparison = paired_delta_report(
-            np.array([evals[run_name("chat", s)]["scores"] for s in seeds]),
-            np.array([evals[run_name("cut", s)]["scores"] for s in seeds]))
-    checks = dict(split_checks(problems))
+    comparisons = {}
+    for text in cfg.comparisons:
+        a, b = comparison_arms(text)
+        if a in cfg.arms and b in cfg.arms:
+            rep = paired_delta_report(scores(a), scores(b))
+            rep["n_seeds_a"], rep["n_seeds_b"] = rep.pop("n_seeds_chat"), rep.pop("n_seeds_cut")
+            comparisons[text] = {"a": a, "b": b, **rep}
+        else:
+            comparisons[text] = None
+    checks = dict(split_checks(problems, protocol.seats))
     checks.pop("n_checked")
-    cut_files = [out / "evals" / n / "chats.jsonl" for n in evals if evals[n]["arm"] == "cut"]
-    cut_files += [out / "runs" / run_name("cut", s) / "transcripts.jsonl" for s in seeds if "cut" in cfg.arms]
-    checks["cut_never_sees_partner"] = cut_never_sees_partner(cut_files, cfg.chat)
-    checks["interval_excludes_zero"] = bool(comparison and comparison["excludes_zero"])
-    if "chat" in cfg.arms:
-        checks["chat_beats_base"] = {str(s): evals[run_name("chat", s)]["accuracy"] > base for s in seeds}
-        checks["cross_play_below_pair"] = {
-            str(s): evals[f"cross-{run_name('chat', s)}"]["accuracy"] < evals[run_name("chat", s)]["accuracy"]
-            for s in seeds}
-    if "cut" in cfg.arms:
-        checks["cut_near_base"] = {str(s): evals[run_name("cut", s)]["accuracy"] <= base + CUT_MARGIN for s in seeds}
+    files = [out / "evals" / spec.name / "chats.jsonl" for spec in evals]
+    files += [out / "runs" / run_name(arm, s) / "transcripts.jsonl" for arm in cfg.arms for s in seeds]
+    checks["views_respect_arms"] = views_respect_arms(files, protocol, cfg.chat)
+    checks["interval_excludes_zero"] = {k: None if c is None else c["excludes_zero"] for k, c in comparisons.items()}
+    checks["chat_beats_base"] = {str(s): pair("chat", s)["accuracy"] > base("chat")
+                                 for s in seeds} if "chat" in cfg.arms else {}
+    checks["cross_play_below_pair"] = {
+        str(s): arms["chat"]["seeds"][str(s)]["cross_play"] < pair("chat", s)["accuracy"]
+        for s in seeds} if "chat" in cfg.arms else {}
+    checks["cut_near_base"] = {str(s): pair("cut", s)["accuracy"] <= base("cut") + CUT_MARGIN
+                               for s in seeds} if "cut" in cfg.arms else {}
     curves = {}
     train_seconds = 0.0
+    runs = {}
     for arm in cfg.arms:
         for s in seeds:
-            rows = read_jsonl(out / "runs" / run_name(arm, s) / "metrics.jsonl")
+            name = run_name(arm, s)
+            runs[name] = {"arm": arm, "seed": s}
+            rows = read_jsonl(out / "runs" / name / "metrics.jsonl")
             train_seconds += sum(r["perf/seconds"] for r in rows)
-            curves[run_name(arm, s)] = [{"step": r["step"], "reward": r["train/reward"], "send": r["talk/send"],
-                                         "use": r["talk/use"], "ask": r["talk/ask"]} for r in rows]
+            curves[name] = [{"step": r["step"], "reward": r["train/reward"], "send": r["talk/send"],
+                             "use": r["talk/use"], "ask": r["talk/ask"]} for r in rows]
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "preset": preset,
         "config": cfg.to_dict(),
-        "run": run_facts(cfg, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values()), train_seconds),
+        "run": run_facts(cfg, protocol, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values()),
+                         train_seconds),
         "data": {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test,
                  "eligibility": {k: v["by_reason"] for k, v in eligibility["splits"].items()} if eligibility else None},
-        "evals": {name: eval_entry(e, out) for name, e in evals.items()},
+        "runs": runs,
+        "evals": {spec.name: eval_entry(spec, e, protocol) for spec, e in evals.items()},
         "arms": arms,
-        "comparison": comparison,
+        "comparisons": comparisons,
         "checks": checks,
         "curves": curves,
     }
 
 
-def eval_entry(summary: dict, out: Path) -> dict:
-    """An evaluation's figures for results.json: its summary, with a 95% interval over its problems, and its
-    players named relative to the recipe folder (so a moved or copied folder gives the same results)."""
-    import os
-
+def eval_entry(spec: EvalSpec, summary: dict, protocol: Protocol) -> dict:
+    """An evaluation's figures for results.json: its summary, with a 95% interval over its problems, and who sat
+    in each seat as a record (`base` or the run's name), so a moved or copied folder gives the same results."""
     import numpy as np
 
     _, lo, hi = mean_ci(np.array([summary["scores"]]))
-    entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key")}
-    entry.update(lo=lo, hi=hi)
-    for key in ("player_a", "player_b"):
-        if entry[key] != "base":
-            entry[key] = os.path.relpath(entry[key], out)
+    entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key", "seats")}
+    entry.update(lo=lo, hi=hi, seats={seat: run or "base" for seat, run in zip(protocol.seats, spec.seats)})
     return entry
 
 
-def run_facts(cfg: Config, seconds: float, train_seconds: float) -> dict:
+def run_facts(cfg: Config, protocol: Protocol, seconds: float, train_seconds: float) -> dict:
     import peft
     import torch
     import transformers
@@ -242,6 +314,7 @@ def run_facts(cfg: Config, seconds: float, train_seconds: float) -> dict:
         "model": cfg.model.name_or_path,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "peft": peft.__version__, "talktosolve": __version__},
+        "protocol": protocol.to_json(),
         "arms": list(cfg.arms), "seeds": list(cfg.seeds), "steps": cfg.train.steps,
         "device": str(device), "gpu": gpu,
         # Compute time of every stage, summed from the stages' own records (stable when a rerun skips them).

@@ -27,7 +27,7 @@ import html
 from pathlib import Path
 
 from talktosolve.plots import PLOTS, TALK_SHOWN, render_plots
-from talktosolve.results import validate_results
+from talktosolve.results import KINDS, eval_kind, find_eval, run_names, validate_results
 from talktosolve.store import write_bytes, write_text
 
 __all__ = ["write_report", "terminal_summary", "render_markdown", "render_html", "verdict", "PLOTS"]
@@ -37,13 +37,13 @@ NONE = "–"
 
 
 CHECK_TEXT = {
-    "halves_hold_numbers": "every eligible problem's two halves each hold a number",
-    "facts_disjoint_and_complete": "A's and B's facts are disjoint and together are all the facts",
-    "cut_never_sees_partner": "in the cut arm no copy ever sees its partner's words (transcripts)",
-    "interval_excludes_zero": "the 95% interval of the chat-vs-cut delta excludes 0",
-    "chat_beats_base": "the trained chat pair beats the untrained base pair",
-    "cut_near_base": "the trained cut pair stays near the base pair or below",
-    "cross_play_below_pair": "cross-play (trained A + base B) scores below the trained pair",
+    "hands_hold_numbers": "every eligible problem's hands each hold a number",
+    "hands_disjoint_and_complete": "the seats' hands are disjoint and together are all the facts",
+    "views_respect_arms": "no seat ever saw a fact or message its arm hides from it (transcripts)",
+    "interval_excludes_zero": "the 95% interval of the comparison's delta excludes 0",
+    "chat_beats_base": "the trained chat team beats the untrained base team",
+    "cut_near_base": "the trained cut team stays near the base team or below",
+    "cross_play_below_pair": "cross-play (trained first seat + base) scores below the trained team",
 }
 
 
@@ -77,23 +77,27 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds:.3f} s ({h}:{m:02d}:{s:02d})"
 
 
+def _comparisons(results: dict) -> list[tuple[str, dict]]:
+    return [(k, c) for k, c in results["comparisons"].items() if c is not None]
+
+
 def verdict(results: dict) -> str:
-    """One sentence: does the chat-vs-cut interval exclude 0, and which way."""
-    comp = results.get("comparison")
+    """One sentence on the first configured comparison: does its interval exclude 0, and which way."""
+    if not results["comparisons"]:
+        return "no comparison configured"
+    key, comp = next(iter(results["comparisons"].items()))
     if comp is None:
-        return f"no chat-vs-cut comparison: this run has only the {' and '.join(results['run']['arms'])} arm"
+        return f"no {key} comparison: this run has only the {' and '.join(results['run']['arms'])} arm"
+    a, b = comp["a"], comp["b"]
     if comp["excludes_zero"]:
-        if comp["delta"] > 0:
-            return "the interval excludes 0: the chat arm beats the cut arm, talking helped"
-        return "the interval excludes 0: the cut arm beats the chat arm"
-    return "the interval includes 0: no evidence that talking helped"
+        winner, loser = (a, b) if comp["delta"] > 0 else (b, a)
+        talk = ", talking helped" if (a, b) == ("chat", "cut") and comp["delta"] > 0 else ""
+        return f"the interval excludes 0: the {winner} arm beats the {loser} arm{talk}"
+    return f"the interval includes 0: no evidence that the {a} and {b} arms differ"
 
 
-def _headline(results: dict) -> str:
-    comp = results.get("comparison")
-    if comp is None:
-        return verdict(results)
-    return f"chat − cut = {s3(comp['delta'])} {interval(comp['lo'], comp['hi'], signed=True)} (95% interval)"
+def _comparison_line(key: str, comp: dict) -> str:
+    return f"{comp['a']} − {comp['b']} = {s3(comp['delta'])} {interval(comp['lo'], comp['hi'], signed=True)} (95% interval)"
 
 
 # -------------------------------------------------------------------------------------------- the contents
@@ -106,36 +110,53 @@ def _arms(results: dict) -> list[str]:
     return list(results["run"]["arms"])
 
 
+def _seat_names(results: dict) -> list[str]:
+    return list(results["run"]["protocol"]["seats"])
+
+
 def _eval_order(results: dict) -> list[str]:
-    arms, seeds = _arms(results), _seeds(results)
-    names = [f"base-{a}" for a in arms] + [f"{a}-s{s}" for a in arms for s in seeds] \
-        + [f"cross-{a}-s{s}" for a in arms for s in seeds]
-    return [n for n in names if n in results["evals"]]
+    """Evaluation names grouped by kind (base teams, trained teams, cross-play, its other side), arm by arm."""
+    out = []
+    for kind in KINDS:
+        for arm in _arms(results):
+            runs = [None] if kind == "base" else run_names(results, arm)
+            out += [found[0] for found in (find_eval(results, arm, kind, r) for r in runs) if found]
+    return out
 
 
-def _describe(name: str) -> str:
-    if name.startswith("base-"):
-        return f"untrained base pair, {name[5:]} arm"
-    if name.startswith("cross-"):
-        arm, seed = name[6:].split("-s")
-        return f"trained A ({arm} arm, seed {seed}) + base B"
-    arm, seed = name.split("-s")
-    return f"trained pair, {arm} arm, seed {seed}"
+def _describe(entry: dict) -> str:
+    kind, run = eval_kind(entry)
+    arm, seats = entry["arm"], list(entry["seats"])
+    if kind == "base":
+        return f"untrained base team, {arm} arm"
+    if kind == "team":
+        return f"trained team {run}"
+    if kind == "cross":
+        return f"trained {seats[0]} ({run}) + base {', '.join(seats[1:])}"
+    return f"base {seats[0]} + trained {', '.join(seats[1:])} ({run})"
+
+
+def _protocol_text(protocol: dict) -> str:
+    return (f"seats {', '.join(protocol['seats'])}; turns {', '.join(protocol['order'])}; limits "
+            f"{', '.join(map(str, protocol['limits']))}; final turns {', '.join(map(str, protocol['finals']))}")
 
 
 def _sections(results: dict) -> list[tuple]:
     """The report as a list of blocks: ("h1"|"h2"|"p"|"note", text), ("table", headers, rows), ("img", file, alt)."""
-    run, comp, evals = results["run"], results.get("comparison"), results["evals"]
-    arms, seeds = _arms(results), _seeds(results)
+    run, evals = results["run"], results["evals"]
+    arms, seeds, seats = _arms(results), _seeds(results), _seat_names(results)
     out: list[tuple] = [("h1", f"talktosolve report: preset {results['preset']}")]
-    out.append(("p", f"{run['model']} · arms {', '.join(arms)} · seeds {', '.join(seeds)} · {run['steps']} steps"))
+    out.append(("p", f"{run['model']} · {len(seats)} seats · arms {', '.join(arms)} · seeds {', '.join(seeds)} · "
+                     f"{run['steps']} steps"))
 
     out.append(("h2", "Headline"))
-    out.append(("headline", _headline(results)))
+    comps = _comparisons(results)
+    for key, comp in comps:
+        out.append(("headline", _comparison_line(key, comp)))
     out.append(("p", "Verdict: " + verdict(results) + "."))
-    if comp is not None:
-        out.append(("p", f"Paired over the same {comp['n_problems']} held-out problems; {comp['n_seeds_chat']} chat "
-                         f"and {comp['n_seeds_cut']} cut training seeds; method {comp['method']} "
+    for key, comp in comps:
+        out.append(("p", f"{key}: paired over the same {comp['n_problems']} held-out problems; {comp['n_seeds_a']} "
+                         f"{comp['a']} and {comp['n_seeds_b']} {comp['b']} training seeds; method {comp['method']} "
                          f"(se problems {f3(comp['se_problem'])}, se seeds {f3(comp['se_seed'])}, "
                          f"df {f3(comp['df'])})."))
         if comp.get("warning"):
@@ -147,58 +168,67 @@ def _sections(results: dict) -> list[tuple]:
         text = CHECK_TEXT.get(key, "")
         if isinstance(value, dict):
             if not value:
-                rows.append([key, NONE, NONE, text + " (arm not run)"])
-            for seed, v in value.items():
-                rows.append([key, seed, mark(v), text])
+                rows.append([key, NONE, NONE, text + " (does not apply)"])
+            for sub, v in value.items():
+                rows.append([key, sub, mark(v), text])
         else:
             rows.append([key, "", mark(value), text])
-    out.append(("table", ["check", "seed", "result", "what it means"], rows))
+    out.append(("table", ["check", "seed / comparison", "result", "what it means"], rows))
 
     out.append(("h2", "Accuracy"))
-    out.append(("p", "Mean of the graded answers per problem (both copies, every chat), over the held-out problems; "
+    out.append(("p", "Mean of the graded answers per problem (every seat, every chat), over the held-out problems; "
                      "95% intervals over problems (per evaluation) and over problems and seeds (per arm)."))
     rows = []
     for name in _eval_order(results):
         ev = evals[name]
-        rows.append([name, _describe(name), f3(ev["accuracy"]), interval(ev["lo"], ev["hi"]), f3(ev["acc_a"]),
-                     f3(ev["acc_b"]), str(ev["n_problems"])])
+        rows.append([name, _describe(ev), f3(ev["accuracy"]), interval(ev["lo"], ev["hi"])]
+                    + [f3(ev["acc"][s]) for s in seats] + [str(ev["n_problems"])])
     for arm in arms:
         a = results["arms"][arm]
-        rows.append([f"{arm} (all seeds)", f"trained pairs, {arm} arm, {len(a['seeds'])} seeds", f3(a["accuracy"]),
-                     interval(a["lo"], a["hi"]), NONE, NONE, ""])
-    out.append(("table", ["evaluation", "who", "accuracy", "95% interval", "A", "B", "problems"], rows))
+        rows.append([f"{arm} (all seeds)", f"trained teams, {arm} arm, {len(a['seeds'])} seeds", f3(a["accuracy"]),
+                     interval(a["lo"], a["hi"])] + [NONE] * len(seats) + [""])
+    out.append(("table", ["evaluation", "who", "accuracy", "95% interval"] + seats + ["problems"], rows))
 
     out.append(("h2", "Talk before and after training"))
-    out.append(("p", "Shares of a copy's own-only numbers it sent (send) and of its partner's it used in its final "
-                     "answer (use; use | sent: among those sent); ask: its first message asks something; agree: "
-                     "both boxed answers equal. Before = the untrained pair; after = each trained pair."))
-    talk_names = [n for n in ["base-chat", "base-cut"] + [f"{a}-s{s}" for a in arms for s in seeds] if n in evals]
+    out.append(("p", "Shares of a seat's own-only numbers it sent (send) and of its partners' it used in its final "
+                     "answer (use; use | sent: among those sent to it), pooled over seats; ask: its first message "
+                     "asks something; agree: every boxed answer is the same number. Before = the untrained team; "
+                     "after = each trained team. Per seat: send / use."))
+    talk_names = [n for n in _eval_order(results) if eval_kind(evals[n])[0] in ("base", "team")]
     rows = []
     for name in talk_names:
         t = evals[name]["talk"]
-        stage = "before" if name.startswith("base-") else "after"
+        stage = "before" if eval_kind(evals[name])[0] == "base" else "after"
         rows.append([name, stage] + [f3(t.get(k)) for k, _ in TALK_SHOWN]
-                    + [f3(t.get("chars_a")), f3(t.get("chars_b")), f3(evals[name]["tokens_per_message"])])
+                    + [f"{f3(t['seats'][s]['send'])} / {f3(t['seats'][s]['use'])}" for s in seats]
+                    + [f3(evals[name]["tokens_per_message"])])
     out.append(("table", ["evaluation", "stage"] + [label for _, label in TALK_SHOWN]
-                + ["chars A", "chars B", "tokens / message"], rows))
+                + [f"{s} send / use" for s in seats] + ["tokens / message"], rows))
 
     out.append(("h2", "Cross-play"))
-    out.append(("p", "Each trained model plays A against the untrained base as B, in its own arm."))
+    out.append(("p", f"Each trained model plays seat {seats[0]} with the untrained base in the other seats "
+                     f"(cross-play), and the other side: the base in seat {seats[0]}, the trained model in the others; "
+                     "each in its own arm."))
     rows = []
     for arm in arms:
-        base = evals.get(f"base-{arm}")
-        for seed in seeds:
-            pair, cross = evals.get(f"{arm}-s{seed}"), evals.get(f"cross-{arm}-s{seed}")
-            if pair is None or cross is None:
+        base = find_eval(results, arm, "base")
+        for name in run_names(results, arm):
+            team, cross = find_eval(results, arm, "team", name), find_eval(results, arm, "cross", name)
+            others = find_eval(results, arm, "cross_others", name)
+            if team is None or cross is None:
                 continue
-            rows.append([arm, seed, f3(base["accuracy"]) if base else NONE, f3(pair["accuracy"]),
-                         f3(cross["accuracy"]), s3(cross["accuracy"] - pair["accuracy"])])
-    out.append(("table", ["arm", "seed", "base pair", "trained pair", "cross-play", "cross − pair"], rows))
+            rows.append([arm, str(results["runs"][name]["seed"]), f3(base[1]["accuracy"]) if base else NONE,
+                         f3(team[1]["accuracy"]), f3(cross[1]["accuracy"]),
+                         f3(others[1]["accuracy"]) if others else NONE,
+                         s3(cross[1]["accuracy"] - team[1]["accuracy"])])
+    out.append(("table", ["arm", "seed", "base team", "trained team", "cross-play", "other side", "cross − team"],
+                rows))
 
     out.append(("h2", "Run"))
     data = results["data"]
     versions = ", ".join(f"{k} {v if v is not None else NONE}" for k, v in run["versions"].items())
     rows = [["preset", results["preset"]], ["model", run["model"]], ["versions", versions],
+            ["protocol", _protocol_text(run["protocol"])],
             ["arms", ", ".join(arms)], ["seeds", ", ".join(seeds)], ["steps", str(run["steps"])],
             ["device", run["device"]], ["GPU", run["gpu"] or NONE], ["time of all stages", _duration(run["wall_seconds"])],
             ["GPU time", _duration(run["gpu_seconds"])], ["last invocation started", run["started"]],
@@ -213,7 +243,7 @@ def _sections(results: dict) -> list[tuple]:
     for file, alt in (("learning_curves.png", "Learning curves: team reward per step, per arm and seed"),
                       ("accuracy.png", "Accuracy with 95% intervals"),
                       ("talk.png", "Talk metrics before and after training"),
-                      ("cross_play.png", "Cross-play vs trained pair vs base pair")):
+                      ("cross_play.png", "Cross-play vs trained team vs base team")):
         out.append(("img", f"plots/{file}", alt))
     return out
 
@@ -347,7 +377,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def terminal_summary(results: dict) -> str:
     """Plain-text summary for the end of the recipe: accuracy per evaluation and arm with 95% intervals, send and
-    use, the chat-vs-cut delta and the verdict, and any failed check. ASCII only; `-` marks an undefined figure."""
+    use, cross-play, each comparison and the verdict, and any failed check. ASCII only; `-` marks an undefined
+    figure."""
     evals, run = results["evals"], results["run"]
     rows = []
     for name in _eval_order(results):
@@ -358,24 +389,30 @@ def terminal_summary(results: dict) -> str:
         a = results["arms"].get(arm)
         if a is not None:
             rows.append([f"{arm} (all seeds)", _t3(a["accuracy"]), f"[{_t3(a['lo'])}, {_t3(a['hi'])}]", "", ""])
-    lines = [f"talktosolve: preset {results['preset']}, model {run['model']}, seeds "
-             f"{', '.join(_seeds(results))}, {run['steps']} steps", ""]
+    seats = _seat_names(results)
+    lines = [f"talktosolve: preset {results['preset']}, model {run['model']}, seats {', '.join(seats)} (turns "
+             f"{','.join(run['protocol']['order'])}), seeds {', '.join(_seeds(results))}, {run['steps']} steps", ""]
     lines += _table(["evaluation", "accuracy", "95% interval", "send", "use"], rows)
 
     cross = []
     for arm in _arms(results):
-        for seed in _seeds(results):
-            pair, cr = evals.get(f"{arm}-s{seed}"), evals.get(f"cross-{arm}-s{seed}")
-            if pair is not None and cr is not None:
-                cross.append([f"{arm}-s{seed}", _t3(pair["accuracy"]), _t3(cr["accuracy"]),
-                              f"{cr['accuracy'] - pair['accuracy']:+.3f}"])
+        for name in run_names(results, arm):
+            team, cr = find_eval(results, arm, "team", name), find_eval(results, arm, "cross", name)
+            others = find_eval(results, arm, "cross_others", name)
+            if team is not None and cr is not None:
+                cross.append([name, _t3(team[1]["accuracy"]), _t3(cr[1]["accuracy"]),
+                              _t3(others[1]["accuracy"]) if others else "-",
+                              f"{cr[1]['accuracy'] - team[1]['accuracy']:+.3f}"])
     if cross:
-        lines += ["", *_table(["trained model", "pair", "cross-play", "cross - pair"], cross)]
+        lines += ["", *_table(["trained model", "team", f"cross-play ({seats[0]})", "other side", "cross - team"],
+                              cross)]
 
     lines.append("")
-    comp = results.get("comparison")
-    if comp is not None:
-        lines.append(f"delta chat - cut: {comp['delta']:+.3f} [{comp['lo']:+.3f}, {comp['hi']:+.3f}] "
+    for key, comp in results["comparisons"].items():
+        if comp is None:
+            lines.append(f"delta {key}: - (an arm was not run)")
+            continue
+        lines.append(f"delta {comp['a']} - {comp['b']}: {comp['delta']:+.3f} [{comp['lo']:+.3f}, {comp['hi']:+.3f}] "
                      f"(95% interval, {comp['n_problems']} problems, {comp['method']})")
         if comp.get("warning"):
             lines.append(f"warning: {comp['warning']}")
@@ -384,12 +421,12 @@ def terminal_summary(results: dict) -> str:
     failed, total = [], 0
     for key, value in results["checks"].items():
         items = value.items() if isinstance(value, dict) else [(None, value)]
-        for seed, v in items:
+        for sub, v in items:
             if v is None:
                 continue
             total += 1
             if not v:
-                failed.append(key if seed is None else f"{key}[seed {seed}]")
+                failed.append(key if sub is None else f"{key}[{sub}]")
     lines.append(f"checks: {total - len(failed)}/{total} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
     lines.append(f"time of all stages: {_t3(run['wall_seconds'])} s, GPU {_t3(run['gpu_seconds'])} s")
     return "\n".join(lines) + "\n"

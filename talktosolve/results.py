@@ -4,14 +4,15 @@ JSON Schema cannot say.
 `validate_results(results)` returns None or raises `ResultsError` whose message names the bad field by its path
 (`evals.chat-s0.accuracy: 1.5 is greater than the maximum of 1`) and which carries that path as `.path`.
 
-Beyond the schema: every number is finite (no NaN / Infinity); every arm in `run.arms` has its `arms` entry, its
-evaluations (`base-{arm}`, `{arm}-s{seed}`, `cross-{arm}-s{seed}` for each seed in `run.seeds`), its learning
-curves (`{arm}-s{seed}`) and one `arms.{arm}.seeds` entry per seed (and nothing for an arm or seed not run); an
-evaluation's `arm` matches its name; `lo <= accuracy <= hi` wherever an interval is given; the per-seed check maps
+Beyond the schema: every number is finite (no NaN / Infinity); `run.protocol` is consistent; `runs` holds one
+run per arm of `run.arms` and seed of `run.seeds` (named `{arm}-s{seed}`), and `curves` one curve per run; `arms`
+one entry per arm with one `seeds` entry per seed; `evals` holds exactly the recipe's evaluations, each identified
+by its record (its `arm` and `seats`, seat by seat `base` or a run of that arm): the base team in each arm, and
+per run the run in every seat, in the first seat only, and in every seat but the first; `lo <= accuracy <= hi`
+wherever an interval is given; `comparisons` holds each configured comparison, null exactly when one of its arms
+was not run, and `checks.interval_excludes_zero` its `excludes_zero` (null without it); the per-seed check maps
 hold exactly the seeds of the arm they concern (`chat_beats_base`, `cross_play_below_pair`: the chat arm;
-`cut_near_base`: the cut arm; empty when that arm was not run); `cut_never_sees_partner` is not null when the
-cut arm ran; `comparison` and `checks.interval_excludes_zero`
-are null exactly when the run has not both arms, and `interval_excludes_zero` equals `comparison.excludes_zero`.
+`cut_near_base`: the cut arm; empty when that arm was not run).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from talktosolve.arms import comparison_arms
 
 __all__ = ["SCHEMA_PATH", "ResultsError", "validate_results", "load_schema", "format_path"]
 
@@ -99,44 +102,116 @@ def _check_keys(actual, expected: set, path: tuple, what: str) -> None:
 
 
 def _check_consistency(r: dict) -> None:
+    protocol = r["run"]["protocol"]
+    seats = list(protocol["seats"])
     arms: list[str] = list(r["run"]["arms"])
-    seeds = [str(s) for s in r["run"]["seeds"]]
+    seed_keys = [str(s) for s in r["run"]["seeds"]]
+    if set(protocol["order"]) - set(seats) or len(protocol["limits"]) != len(protocol["order"]) \
+            or len(protocol["finals"]) != len(seats):
+        _fail(("run", "protocol"), "its order, limits and finals do not fit its seats")
+
+    runs = {f"{a}-s{s}": (a, s) for a in arms for s in r["run"]["seeds"]}
+    _check_keys(r["runs"], set(runs), ("runs",), "training run")
+    for name, (arm, seed) in runs.items():
+        if (r["runs"][name]["arm"], r["runs"][name]["seed"]) != (arm, seed):
+            _fail(("runs", name), f"is {r['runs'][name]} but the run of arm {arm}, seed {seed} is named {name}")
 
     _check_keys(r["arms"], set(arms), ("arms",), "arm")
     for arm in arms:
         entry = r["arms"][arm]
         _check_interval(entry, ("arms", arm), "accuracy")
-        _check_keys(entry["seeds"], set(seeds), ("arms", arm, "seeds"), "seed")
-        for seed in seeds:
+        _check_keys(entry["seeds"], set(seed_keys), ("arms", arm, "seeds"), "seed")
+        for seed in seed_keys:
             _check_interval(entry["seeds"][seed], ("arms", arm, "seeds", seed), "accuracy")
 
-    want_evals = {f"base-{a}" for a in arms} | {f"{a}-s{s}" for a in arms for s in seeds} \
-        | {f"cross-{a}-s{s}" for a in arms for s in seeds}
-    _check_keys(r["evals"], want_evals, ("evals",), "evaluation")
+    # Every evaluation the recipe makes, by its record: (arm, who sits in each seat).
+    n = len(seats)
+    want = {(a, ("base",) * n) for a in arms}
+    for name, (a, _) in runs.items():
+        want |= {(a, (name,) * n), (a, (name,) + ("base",) * (n - 1)), (a, ("base",) + (name,) * (n - 1))}
+    have = {}
     for name, ev in r["evals"].items():
-        arm = name.removeprefix("base-").removeprefix("cross-").split("-s")[0]
-        if ev["arm"] != arm:
-            _fail(("evals", name, "arm"), f"is `{ev['arm']}` but the evaluation `{name}` is in the `{arm}` arm")
-        _check_interval(ev, ("evals", name), "accuracy")
+        path = ("evals", name)
+        if ev["arm"] not in arms:
+            _fail(path + ("arm",), f"is `{ev['arm']}`, which is not in run.arms")
+        if list(ev["seats"]) != seats:
+            _fail(path + ("seats",), f"seats {list(ev['seats'])} are not the protocol's {seats}")
+        for seat, who in ev["seats"].items():
+            if who != "base" and runs.get(who, (None,))[0] != ev["arm"]:
+                _fail(path + ("seats", seat), f"`{who}` is neither `base` nor a run of the `{ev['arm']}` arm")
+        if list(ev["acc"]) != seats:
+            _fail(path + ("acc",), f"holds seats {list(ev['acc'])}, not the protocol's {seats}")
+        _check_interval(ev, path, "accuracy")
+        have[(ev["arm"], tuple(ev["seats"].values()))] = name
+    missing = sorted(want - set(have))
+    if missing:
+        _fail(("evals",), f"missing the evaluation of arm {missing[0][0]} with seats {list(missing[0][1])}")
+    extra = sorted(set(have) - want)
+    if extra:
+        _fail(("evals", have[extra[0]]), "is not an evaluation of this recipe's arms and runs")
 
-    _check_keys(r["curves"], {f"{a}-s{s}" for a in arms for s in seeds}, ("curves",), "training run")
+    _check_keys(r["curves"], set(runs), ("curves",), "training run")
 
+    comparisons = r["comparisons"]
+    config = r["config"].get("comparisons")
+    if config is not None:
+        _check_keys(comparisons, set(config), ("comparisons",), "comparison")
     checks = r["checks"]
-    for key, arm in (("chat_beats_base", "chat"), ("cross_play_below_pair", "chat"), ("cut_near_base", "cut")):
-        _check_keys(checks[key], set(seeds) if arm in arms else set(), ("checks", key), "seed")
+    _check_keys(checks["interval_excludes_zero"], set(comparisons), ("checks", "interval_excludes_zero"),
+                "comparison")
+    for key, comp in comparisons.items():
+        a, b = comparison_arms(key)
+        ran = a in arms and b in arms
+        if ran and comp is None:
+            _fail(("comparisons", key), f"is null but the run has both the {a} and the {b} arm")
+        if not ran and comp is not None:
+            _fail(("comparisons", key), f"must be null: the run has not both the {a} and the {b} arm")
+        ez = checks["interval_excludes_zero"][key]
+        if comp is None:
+            if ez is not None:
+                _fail(("checks", "interval_excludes_zero", key), "must be null when there is no comparison")
+            continue
+        if (comp["a"], comp["b"]) != (a, b):
+            _fail(("comparisons", key), f"compares {comp['a']} with {comp['b']}, not {a} with {b}")
+        _check_interval(comp, ("comparisons", key), "delta")
+        if ez is not comp["excludes_zero"]:
+            _fail(("checks", "interval_excludes_zero", key),
+                  f"is {ez} but comparisons.{key}.excludes_zero is {comp['excludes_zero']}")
 
-    if "cut" in arms and checks["cut_never_sees_partner"] is None:
-        _fail(("checks", "cut_never_sees_partner"), "is null but the cut arm was run")
-    both = "chat" in arms and "cut" in arms
-    comp = r["comparison"]
-    if both and comp is None:
-        _fail(("comparison",), "is null but the run has both arms")
-    if not both and comp is not None:
-        _fail(("comparison",), "must be null when the run has not both arms")
-    if comp is not None:
-        _check_interval(comp, ("comparison",), "delta")
-    ez = checks["interval_excludes_zero"]
-    if comp is None and ez is not None:
-        _fail(("checks", "interval_excludes_zero"), "must be null when there is no comparison")
-    if comp is not None and ez is not comp["excludes_zero"]:
-        _fail(("checks", "interval_excludes_zero"), f"is {ez} but comparison.excludes_zero is {comp['excludes_zero']}")
+    for key, arm in (("chat_beats_base", "chat"), ("cross_play_below_pair", "chat"), ("cut_near_base", "cut")):
+        _check_keys(checks[key], set(seed_keys) if arm in arms else set(), ("checks", key), "seed")
+
+
+# ------------------------------------------------------------------------------------------ reading the records
+
+KINDS = ("base", "team", "cross", "cross_others")
+"""What an evaluation is, from who sits where: the untrained team; a run in every seat; a run in the first seat
+with the base in the others (cross-play); the base in the first seat with a run in the others (its other side)."""
+
+
+def eval_kind(entry: dict) -> tuple[str, str | None]:
+    """(kind, run or None) of an evaluation entry, read from its `seats` record."""
+    who = list(entry["seats"].values())
+    first, rest = who[0], set(who[1:])
+    if first == "base" and rest == {"base"}:
+        return "base", None
+    if rest == {first}:
+        return "team", first
+    if rest == {"base"}:
+        return "cross", first
+    if first == "base" and len(rest) == 1:
+        return "cross_others", rest.pop()
+    raise ValueError(f"an evaluation with seats {entry['seats']} is none of {KINDS}")
+
+
+def find_eval(results: dict, arm: str, kind: str, run: str | None = None) -> tuple[str, dict] | None:
+    """(name, entry) of the evaluation of `kind` in `arm` (of `run`, for all but the base), or None."""
+    for name, entry in results["evals"].items():
+        if entry["arm"] == arm and eval_kind(entry) == (kind, run):
+            return name, entry
+    return None
+
+
+def run_names(results: dict, arm: str) -> list[str]:
+    """The arm's training runs, in seed order."""
+    return [name for name, r in results["runs"].items() if r["arm"] == arm]

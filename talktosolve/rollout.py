@@ -1,10 +1,11 @@
-"""Play chats: the A, B, A, B protocol run for a batch of problems at once, returned as plain records.
+"""Play chats: a team's protocol run for a batch of problems at once, returned as plain records.
 
 All chats of a batch advance turn by turn together: every chat's message 0 is generated in one batched call,
-then every message 1, and so on (a message depends on the ones before it, so turns cannot overlap). A and B
-may be different players (a trained adapter as A, the untrained base as B: cross-play); chats are batched per
-player. The result is a list of `Chat` records: token ids and masks for the learner, text for transcripts and
-metrics. Grading happens here too (`score_chats`), since the reward is a pure function of the final texts.
+then every message 1, and so on (a message depends on the ones before it, so turns cannot overlap). Each seat
+has its player, and seats may have different ones (a trained adapter in A, the untrained base in the other
+seats: cross-play); a turn's chats are batched through its speaker's player. The result is a list of `Chat`
+records: token ids for the learner, text for transcripts and metrics. Nothing here grades or rewards: the
+caller does (`reward.score_chats`), so the sampler never sees a reward.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from talktosolve.chat import FINAL_TURN, SPEAKERS, Seat, is_final, max_tokens, render_view, view
+from talktosolve.arms import Arm
+from talktosolve.chat import Seat, render_view, view
 from talktosolve.config import ChatConfig, ConfigError
 from talktosolve.engine import Session
-from talktosolve.grading import extract_answer, grade_many
+from talktosolve.protocol import Protocol
 
 
 @dataclass
@@ -33,17 +35,22 @@ class Turn:
 
 @dataclass
 class Chat:
-    """One chat between A and B on one problem."""
+    """One chat of a team on one problem."""
 
     problem_id: str
     index: int
-    arm: str
+    arm: Arm
     gold: str
+    question: str
+    facts: list[str]
+    """Every fact of the problem, in text order."""
     seats: dict = field(default_factory=dict)
-    """`{"A": Seat, "B": Seat}`: each copy's facts and the question."""
+    """`{seat: Seat}`: each seat's hand (as its arm dealt it) and the question."""
     turns: list[Turn] = field(default_factory=list)
     answers: dict = field(default_factory=dict)
+    """`{seat: the answer its final message boxed, or None}` (`reward.score_chats`)."""
     correct: dict = field(default_factory=dict)
+    """`{seat: whether its final answer equals the gold}`."""
     reward: float = 0.0
     advantage: float = 0.0
 
@@ -54,8 +61,9 @@ class Chat:
     def transcript(self) -> dict:
         """The chat as a JSON-ready record (no token ids, which the learner alone needs)."""
         return {
-            "problem_id": self.problem_id, "chat": self.index, "arm": self.arm, "gold": self.gold,
-            "question": self.seats["A"].question, "facts_a": self.seats["A"].facts, "facts_b": self.seats["B"].facts,
+            "problem_id": self.problem_id, "chat": self.index, "arm": self.arm.name,
+            "hidden": sorted(self.arm.hidden), "gold": self.gold, "question": self.question, "facts": self.facts,
+            "hands": {name: seat.facts for name, seat in self.seats.items()},
             "messages": [{"turn": i, "speaker": t.speaker, "text": t.text, "tokens": len(t.completion_ids),
                           "truncated": t.truncated, "view": t.view} for i, t in enumerate(self.turns)],
             "answers": self.answers, "correct": self.correct, "reward": self.reward, "advantage": self.advantage,
@@ -111,29 +119,37 @@ def _encode(tokenizer, views: list[list[dict]], earlier: list[_Said | None]) -> 
     return texts, [h + list(e) for h, e in zip(heads, encoded)]
 
 
-def play_chats(problems: list, arm: str | list[str], players: tuple[Player, Player], chat: ChatConfig, *,
-               chats_per_problem: int, seed: int, progress=None) -> list[Chat]:
+def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player], protocol: Protocol,
+               chat: ChatConfig, *, chats_per_problem: int, seed: int, progress=None) -> list[Chat]:
     """Play `chats_per_problem` chats on each problem; chats are grouped by problem, in order.
 
-    `problems` are records with `id`, `facts_a`, `facts_b`, `question`, `gold`; `arm` is one arm for all, or
-    one per problem (runs of both arms sharing decode steps). `seed` fixes the sampling (a torch.Generator per
-    turn), so the same call gives the same chats.
+    `problems` are records with `id`, `facts`, `question`, `gold`; `arm` is one arm for all, or one per problem
+    (runs of several arms sharing decode steps); `players` gives each seat of the protocol its player (one
+    player may sit in several seats). `seed` fixes the sampling (a torch.Generator per turn), so the same call
+    gives the same chats. The chats come back ungraded (`reward.score_chats` grades them).
     """
-    arms = [arm] * len(problems) if isinstance(arm, str) else list(arm)
+    arms = [arm] * len(problems) if isinstance(arm, Arm) else list(arm)
     if len(arms) != len(problems):
         raise ValueError(f"{len(arms)} arms for {len(problems)} problems")
-    chats = [Chat(p.id, k, a, p.gold, {"A": Seat(list(p.facts_a), p.question), "B": Seat(list(p.facts_b), p.question)})
-             for p, a in zip(problems, arms) for k in range(chats_per_problem)]
-    by_name = {"A": players[0], "B": players[1]}
-    # Each copy's KV cache is carried to its next turn: its next view begins with its last view and message.
-    sessions = {"A": Session(), "B": Session()}
-    earlier: dict[str, list] = {"A": [None] * len(chats), "B": [None] * len(chats)}
-    for turn, speaker in enumerate(SPEAKERS):
-        player = by_name[speaker]
-        views = [view(c.seats[speaker], turn, c.messages, c.arm, chat) for c in chats]
+    missing = [s for s in protocol.seats if s not in players]
+    if missing:
+        raise ValueError(f"no player for seats {missing}")
+    chats = []
+    for p, a in zip(problems, arms):
+        hands = a.hands(p.facts, protocol.seats)
+        for k in range(chats_per_problem):
+            seats = {name: Seat(list(hands[name]), p.question) for name in protocol.seats}
+            chats.append(Chat(p.id, k, a, p.gold, p.question, list(p.facts), seats))
+    # Each seat's KV cache is carried to its next turn: its next view begins with its last view and message.
+    sessions = {name: Session() for name in protocol.seats}
+    earlier: dict[str, list] = {name: [None] * len(chats) for name in protocol.seats}
+    for turn, speaker in enumerate(protocol.order):
+        player = players[speaker]
+        views = [view(c.seats[speaker], turn, c.messages, c.arm, protocol, chat) for c in chats]
         rendered, prompts = _encode(player.tokenizer, views, earlier[speaker])
-        limit = max_tokens(turn, chat)
-        sessions[speaker].keep = not is_final(turn)  # a copy's final message is its last turn
+        limit = protocol.max_tokens(turn)
+        last = turn == protocol.last_turn(speaker)
+        sessions[speaker].keep = not last  # after its last turn a seat reads nothing more
         _check_length(player, prompts, limit, turn)
         device = getattr(player.engine, "device", torch.device("cpu"))
         generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
@@ -142,8 +158,8 @@ def play_chats(problems: list, arm: str | list[str], players: tuple[Player, Play
         stops = set(player.engine.stop_ids)
         texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
         bodies = [ids[:-1] if ids and ids[-1] in stops else ids for ids in completions]
-        raw = player.tokenizer.batch_decode(bodies) if not is_final(turn) else [None] * len(chats)
-        # A message is shown as written, surrounding whitespace included: a copy's next view must hold its
+        raw = player.tokenizer.batch_decode(bodies) if not last else [None] * len(chats)
+        # A message is shown as written, surrounding whitespace included: a seat's next view must hold its
         # message exactly as its sampled ids decode for that view to continue from those ids (`_encode`).
         for i, (c, v, prompt, ids, text) in enumerate(zip(chats, views, prompts, completions, texts)):
             truncated = not ids or ids[-1] not in stops
@@ -152,7 +168,6 @@ def play_chats(problems: list, arm: str | list[str], players: tuple[Player, Play
             earlier[speaker][i] = _Said(rendered[i], prompt, text, bodies[i]) if raw[i] == text else None
         if progress is not None:
             progress(turn)
-    score_chats(chats)
     return chats
 
 
@@ -171,16 +186,3 @@ def _turn_seed(seed: int, turn: int) -> int:
     return (seed * 1_000_003 + turn * 7919) % (2**63 - 1)
 
 
-def score_chats(chats: list[Chat]) -> None:
-    """Grade both final answers of every chat; the team reward is their mean."""
-    finals, golds = [], []
-    for c in chats:
-        for name in ("A", "B"):
-            finals.append(c.turns[FINAL_TURN[name]].text)
-            golds.append(c.gold)
-    results = iter(grade_many(finals, golds))
-    for c in chats:
-        for name in ("A", "B"):
-            c.answers[name] = extract_answer(c.turns[FINAL_TURN[name]].text)
-            c.correct[name] = bool(next(results))
-        c.reward = (c.correct["A"] + c.correct["B"]) / 2

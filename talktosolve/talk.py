@@ -1,42 +1,46 @@
-"""Talk metrics of one chat (SPEC section 1, "talk metrics"), and their means over many chats.
+"""Talk metrics of one chat, for a team of any size, and their means over many chats.
 
-A chat is four messages in the order A, B, A, B; messages 3 and 4 (indices 2 and 3) are A's and B's final answers.
+A chat is the messages of a protocol's turns (`protocol.Protocol`); each seat's final turn holds its answer.
 
-* A copy's **own-only numbers**: the set of numeral values (`talktosolve.numbers`: `1,000` = `1000`,
-  `$3.50` = `3.5`) in its own facts that are neither in its partner's facts nor in the question.
-* **send_a**: share of A's own-only numbers that appear in a message B reads before B's final answer (A's
-  messages, indices 0 and 2). **send_b**: share of B's own-only numbers in B's first message (index 1).
-* **use_a**: share of B's own-only numbers that appear in A's final message (index 2). **use_b**: share of A's
-  own-only numbers in B's final message (index 3).
-* **use_given_sent_a**: among B's own-only numbers that B sent (index 1), the share in A's final message;
-  **use_given_sent_b**: among A's own-only numbers that A sent (indices 0, 2), the share in B's final message.
-* **ask_a** / **ask_b**: the copy's first message (index 0 / 1) contains `?`.
-* **agree**: both final messages hold a boxed answer (`grading.last_boxed`) and the two are equal: as numbers
-  (`grading.numeric_value`) when both read as numbers, else as stripped strings.
-* **chars_a** / **chars_b**: total characters of the copy's two messages.
+* A seat's **own-only numbers**: the set of numeral values (`talktosolve.numbers`: `1,000` = `1000`,
+  `$3.50` = `3.5`) in its own hand that are in no partner's hand and not in the question.
+* **send**: share of its own-only numbers that appear in one of its messages some partner reads before that
+  partner's final answer (a message written before the partner's final turn).
+* **use**: share of its partners' own-only numbers (all partners together) that appear in its own final message.
+* **use_given_sent**: among its partners' own-only numbers that a partner sent it (wrote in a message before this
+  seat's final turn), the share in its own final message.
+* **ask**: its first message contains `?`.
+* **chars**: total characters of its messages.
+* **agree** (the team): every seat's final message boxes a numeric answer (`grading.last_boxed`) and the answers
+  are all equal: as numbers (`grading.numeric_value`) where they read as numbers, else as stripped text holding a
+  digit (`\\frac{1}{2}`). An empty or wordy box never agrees.
 
-A share with nothing to count (no own-only numbers, or none sent) is None, never 0.
+Counting is by the protocol's turn order, not the arm: a number written before a partner's final is *sent*
+whether or not the arm delivers it (in the cut arm, send measures what a seat says, use what its partners could
+not have told it).
+
+A share with nothing to count (no own-only numbers, or none sent) is None, never 0. With seats A, B and turns
+A, B, A, B these are the seed's figures: A's send counts its messages 1 and 3, B's its message 2; A's use reads
+its message 3, B's its message 4. `talk_metrics` keeps that two-copy form with flat keys (`send_a`, ...).
+
+Pure Python, no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from talktosolve.grading import last_boxed, numeric_value
 from talktosolve.numbers import numbers_in
+from talktosolve.protocol import Protocol
 
-TALK_KEYS = (
-    "send_a", "send_b", "use_a", "use_b", "ask_a", "ask_b", "agree",
-    "use_given_sent_a", "use_given_sent_b", "chars_a", "chars_b",
-)
+SEAT_KEYS = ("send", "use", "use_given_sent", "ask", "chars")
+"""The per-seat figures of a chat."""
+POOLED = ("send", "use", "use_given_sent", "ask")
+"""Figures also pooled over every seat (the mean of all seats' defined values together)."""
 
-# Pooled means: the combined figure for both copies, from the per-copy keys it pools.
-POOLED = {
-    "send": ("send_a", "send_b"),
-    "use": ("use_a", "use_b"),
-    "use_given_sent": ("use_given_sent_a", "use_given_sent_b"),
-    "ask": ("ask_a", "ask_b"),
-}
+PAPER_PROTOCOL = Protocol(("A", "B"), ("A", "B", "A", "B"), (1, 1, 1, 1), (2, 3))
+"""The seed's two-copy chat (its limits do not matter to the metrics)."""
 
 
 def _values(texts: Sequence[str] | str) -> set[str]:
@@ -53,77 +57,100 @@ def _share(part: set[str], whole: set[str]) -> float | None:
     return len(part & whole) / len(whole) if whole else None
 
 
-def _agree(final_a: str, final_b: str) -> bool:
-    box_a, box_b = last_boxed(final_a), last_boxed(final_b)
-    if box_a is None or box_b is None:
-        return False
-    num_a, num_b = numeric_value(box_a), numeric_value(box_b)
-    if num_a is not None and num_b is not None:
-        return num_a == num_b  # canonical strings: equal values have equal text
-    return box_a.strip() == box_b.strip()
+def _answer_value(box: str | None) -> str | None:
+    """A boxed answer as a comparable value: its canonical number (`72.0` = `72`, `$1,000` = `1000`), else, for an
+    expression that holds a digit (`\\frac{1}{2}`), its stripped text; None for an empty or wordy box."""
+    if box is None:
+        return None
+    number = numeric_value(box)
+    if number is not None:
+        return number
+    text = box.strip()
+    return text if any(ch.isdigit() for ch in text) else None
+
+
+def agree(finals: Sequence[str]) -> bool:
+    """Every final message boxes a numeric answer, and all those answers are equal."""
+    values = [_answer_value(last_boxed(text)) for text in finals]
+    return all(v is not None for v in values) and len(set(values)) == 1
+
+
+def team_talk(hands: Mapping[str, Sequence[str]], question: str, messages: Sequence[str], protocol: Protocol) -> dict:
+    """Talk metrics of one chat: `{"seats": {seat: {send, use, use_given_sent, ask, chars}}, "agree": bool}`."""
+    messages = list(messages)
+    if len(messages) != protocol.n_turns:
+        raise ValueError(f"the protocol has {protocol.n_turns} turns, got {len(messages)} messages")
+    for k, text in enumerate(messages):
+        if not isinstance(text, str):
+            raise TypeError(f"talk metrics: message {k} is {type(text).__name__}, not str")
+    in_q = _values(question)
+    held = {seat: _values(hands[seat]) for seat in protocol.seats}
+    own = {seat: held[seat] - in_q - set().union(*(held[p] for p in protocol.partners(seat)))
+           for seat in protocol.seats}
+    said = [_values(text) for text in messages]
+
+    def written(seat: str, before: int) -> set[str]:
+        return set().union(*(said[t] for t in protocol.said_before(seat, before)))
+
+    seats = {}
+    for seat in protocol.seats:
+        partners = protocol.partners(seat)
+        final = said[protocol.final_turn(seat)]
+        sent = own[seat] & set().union(*(written(seat, protocol.final_turn(p)) for p in partners))
+        theirs = set().union(*(own[p] for p in partners))
+        sent_to_me = set().union(*(own[p] & written(p, protocol.final_turn(seat)) for p in partners))
+        first = protocol.turns_of(seat)[0]
+        seats[seat] = {
+            "send": _share(sent, own[seat]),
+            "use": _share(final, theirs),
+            "use_given_sent": _share(final, sent_to_me),
+            "ask": "?" in messages[first],
+            "chars": sum(len(messages[t]) for t in protocol.turns_of(seat)),
+        }
+    return {"seats": seats, "agree": agree([messages[protocol.final_turn(s)] for s in protocol.seats])}
 
 
 def talk_metrics(facts_a: Sequence[str], facts_b: Sequence[str], question: str, messages: Sequence[str]) -> dict:
-    """Talk metrics of one chat; see the module doc for each key. Raises ValueError unless there are 4 messages."""
+    """The two-copy chat's metrics (A, B, A, B): keys send_a, send_b, use_a, use_b, use_given_sent_a,
+    use_given_sent_b, ask_a, ask_b, chars_a, chars_b, agree. Raises ValueError unless there are 4 messages."""
     messages = list(messages)
     if len(messages) != 4:
         raise ValueError(f"talk_metrics needs the 4 messages of a chat (A, B, A, B), got {len(messages)}")
-    for k, text in enumerate(messages):
-        if not isinstance(text, str):
-            raise TypeError(f"talk_metrics: message {k} is {type(text).__name__}, not str")
-    in_a, in_b, in_q = _values(facts_a), _values(facts_b), _values(question)
-    own_a = in_a - in_b - in_q
-    own_b = in_b - in_a - in_q
-    said = [_values(text) for text in messages]
-    sent_a = own_a & (said[0] | said[2])  # B reads A's messages 1 and 3 before its final answer
-    sent_b = own_b & said[1]  # A reads only B's message 2 before its final answer
-    return {
-        "send_a": _share(sent_a, own_a),
-        "send_b": _share(sent_b, own_b),
-        "use_a": _share(said[2], own_b),
-        "use_b": _share(said[3], own_a),
-        "ask_a": "?" in messages[0],
-        "ask_b": "?" in messages[1],
-        "agree": _agree(messages[2], messages[3]),
-        "use_given_sent_a": _share(said[2], sent_b),
-        "use_given_sent_b": _share(said[3], sent_a),
-        "chars_a": len(messages[0]) + len(messages[2]),
-        "chars_b": len(messages[1]) + len(messages[3]),
-    }
+    t = team_talk({"A": facts_a, "B": facts_b}, question, messages, PAPER_PROTOCOL)
+    out = {f"{key}_{seat.lower()}": row[key] for seat, row in t["seats"].items() for key in SEAT_KEYS}
+    out["agree"] = t["agree"]
+    return out
 
 
-def chat_talk(transcript: dict) -> dict:
-    """`talk_metrics` of one chat transcript (the records `rollout.Chat.transcript` writes)."""
-    return talk_metrics(transcript["facts_a"], transcript["facts_b"], transcript["question"],
-                        [m["text"] for m in transcript["messages"]])
+def chat_talk(transcript: dict, protocol: Protocol) -> dict:
+    """`team_talk` of one chat transcript (the records `rollout.Chat.transcript` writes)."""
+    return team_talk(transcript["hands"], transcript["question"], [m["text"] for m in transcript["messages"]],
+                     protocol)
 
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _defined(rows: Sequence[dict], key: str) -> list[float]:
-    """The key's numeric values over rows; None, missing and non-numeric values are skipped (bools count 1/0)."""
-    out = []
-    for row in rows:
-        value = row.get(key)
-        if isinstance(value, (bool, int, float)):
-            out.append(float(value))
-    return out
+def _defined(values) -> list[float]:
+    """The numeric values; None and non-numeric ones skipped (bools count 1/0)."""
+    return [float(v) for v in values if isinstance(v, (bool, int, float))]
 
 
 def aggregate_talk(rows: Sequence[dict]) -> dict:
-    """Means over chats of every key (None values skipped; None when a key has no value), plus pooled figures.
+    """Means over chats (`team_talk` rows; None values skipped, None when nothing is defined).
 
-    Pooled: `send`, `use`, `use_given_sent`, `ask` are means over both copies' values together (e.g. every
-    defined send_a and send_b); `n_send` and `n_use` count the values behind `send` and `use`.
-    """
-    keys: list[str] = list(TALK_KEYS)
+    `seats`: each seat's mean of each figure; `send`, `use`, `use_given_sent`, `ask`: pooled over every seat
+    (e.g. every defined send of every seat together); `agree`: the share of chats that agree; `n_send`, `n_use`:
+    the counts of values behind `send` and `use`."""
+    names: list[str] = []
     for row in rows:
-        keys.extend(k for k in row if k not in keys)
-    out: dict = {key: _mean(_defined(rows, key)) for key in keys}
-    for name, parts in POOLED.items():
-        out[name] = _mean([v for part in parts for v in _defined(rows, part)])
-    out["n_send"] = sum(len(_defined(rows, part)) for part in POOLED["send"])
-    out["n_use"] = sum(len(_defined(rows, part)) for part in POOLED["use"])
+        names.extend(s for s in row["seats"] if s not in names)
+    per_seat = {s: [row["seats"][s] for row in rows if s in row["seats"]] for s in names}
+    out: dict = {"seats": {s: {k: _mean(_defined(r[k] for r in per_seat[s])) for k in SEAT_KEYS} for s in names}}
+    for key in POOLED:
+        out[key] = _mean(_defined(r[key] for s in names for r in per_seat[s]))
+    out["agree"] = _mean(_defined(row["agree"] for row in rows))
+    out["n_send"] = len(_defined(r["send"] for s in names for r in per_seat[s]))
+    out["n_use"] = len(_defined(r["use"] for s in names for r in per_seat[s]))
     return out

@@ -1,7 +1,8 @@
 """Where a run's problems come from: GSM8K (built into split-fact problems) or the generated micro task.
 
-Both give the same `Problem` records (id, question, facts_a, facts_b, gold) and pass the same checks, so every
-later stage is task-agnostic. Built GSM8K problems are cached in the run's `data/` folder, keyed by the data
+Both give the same `Problem` records (id, question, facts, gold) and pass the same checks, so every later stage
+is task-agnostic; an arm deals the facts to the protocol's seats. Eligibility depends on the number of seats
+(every hand must hold a number), so the seats are part of the built data's key. Built GSM8K problems are cached in the run's `data/` folder, keyed by the data
 config that produced them.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from talktosolve.arms import deal_round_robin
 from talktosolve.config import Config, config_key
 from talktosolve.data import Problem, build_datasets, read_problems
 from talktosolve.split import split_problem
@@ -24,7 +26,8 @@ def _is_built(folder: Path) -> bool:
     with open(first, encoding="utf-8") as f:
         line = f.readline()
     try:
-        return "facts_a" in json.loads(line)
+        record = json.loads(line)
+        return isinstance(record, dict) and ("facts" in record or "facts_a" in record)
     except json.JSONDecodeError:
         return False
 
@@ -32,10 +35,13 @@ def _is_built(folder: Path) -> bool:
 def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Problem], list[Problem], dict | None]:
     """(train, test, eligibility summary or None) for this config."""
     d = cfg.data
+    seats = tuple(cfg.chat.seats)
     if d.task == "micro":
         from talktosolve.micro.task import make_problems
 
-        return make_problems("train", d.n_train, d.data_seed), make_problems("test", d.n_test, d.data_seed), None
+        family = {} if len(seats) == 2 else {"seats": len(seats)}  # the two-seat family is the original stream
+        return (make_problems("train", d.n_train, d.data_seed, **family),
+                make_problems("test", d.n_test, d.data_seed, **family), None)
     if d.gsm8k and Path(d.gsm8k).is_dir() and _is_built(Path(d.gsm8k)):
         folder = Path(d.gsm8k)
         train, test = read_problems(folder / "train.jsonl"), read_problems(folder / "test.jsonl")
@@ -44,32 +50,31 @@ def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Probl
         raise ValueError("load_problems needs a data_dir to build GSM8K problems into")
     data_dir = Path(data_dir)
     key = config_key({"gsm8k": str(Path(d.gsm8k).resolve()) if d.gsm8k else None, "n_train": d.n_train,
-                      "n_test": d.n_test, "seed": d.data_seed})
+                      "n_test": d.n_test, "seed": d.data_seed, "seats": list(seats)})
     meta = data_dir / "meta.json"
     if meta.exists() and read_json(meta).get("key") == key:
         summary = read_json(meta)["summary"]
     else:
-        summary = build_datasets(d.gsm8k, data_dir, n_train=d.n_train, n_test=d.n_test, seed=d.data_seed)
+        summary = build_datasets(d.gsm8k, data_dir, n_train=d.n_train, n_test=d.n_test, seed=d.data_seed,
+                                 seats=seats)
         write_json(meta, {"key": key, "summary": summary})
     return read_problems(data_dir / "train.jsonl"), read_problems(data_dir / "test.jsonl"), summary
 
 
-def split_checks(problems: list[Problem]) -> dict:
-    """SPEC section 3's data checks, computed: both halves hold a number; A's and B's facts are disjoint and
-    together are all the facts. The second is checked by position, not by text (a problem may state the same
-    sentence twice): interleaving A's and B's facts and re-splitting the text must give back exactly the same
-    halves and question, which holds only if A has facts 1, 3, 5, ... and B facts 2, 4, ..., each once."""
+def split_checks(problems: list[Problem], seats=("A", "B")) -> dict:
+    """The data checks of the recipe, computed for its seats: every hand (round-robin deal) holds a number; the
+    hands are disjoint and together are all the facts. The second is checked by position, not by text (a problem
+    may state the same sentence twice): each fact index is dealt to exactly one seat, and re-splitting the text
+    (facts, then the question) gives back exactly the same facts and question."""
     from talktosolve.numbers import has_number
 
-    halves = all(any(map(has_number, p.facts_a)) and any(map(has_number, p.facts_b)) for p in problems)
+    seats = tuple(seats)
+    hold = all(any(map(has_number, hand)) for p in problems for hand in deal_round_robin(p.facts, seats).values())
     complete = True
     for p in problems:
-        if not 0 <= len(p.facts_a) - len(p.facts_b) <= 1:
+        dealt = sorted(i for hand in deal_round_robin(list(range(len(p.facts))), seats).values() for i in hand)
+        again = split_problem(" ".join(list(p.facts) + [p.question]), seats)
+        if dealt != list(range(len(p.facts))) or (list(again.facts), again.question) != (list(p.facts), p.question):
             complete = False
             break
-        facts = [f for pair in zip(p.facts_a, p.facts_b + [""]) for f in pair if f]
-        again = split_problem(" ".join(facts + [p.question]))
-        if (list(again.facts_a), list(again.facts_b), again.question) != (list(p.facts_a), list(p.facts_b), p.question):
-            complete = False
-            break
-    return {"halves_hold_numbers": halves, "facts_disjoint_and_complete": complete, "n_checked": len(problems)}
+    return {"hands_hold_numbers": hold, "hands_disjoint_and_complete": complete, "n_checked": len(problems)}

@@ -37,6 +37,9 @@ from talktosolve.fast_engine import StaticEngine, make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
 from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
                                 make_trainable, resolve_device, save_policy, stop_ids)
+from talktosolve.arms import ARMS
+from talktosolve.protocol import Protocol, protocol_of
+from talktosolve import reward
 from talktosolve.rollout import Player, play_chats
 from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
 from talktosolve.talk import aggregate_talk, chat_talk
@@ -193,6 +196,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if not pending:
         return
     t = cfg.train
+    protocol = protocol_of(cfg.chat)
     shared = len(pending) > 1
     device = resolve_device(cfg.device)
     rank, size = distributed.init(device.type)
@@ -256,8 +260,11 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             else:
                 player = Player(engine, tokenizer, "policy")
                 seed = active[0].seed * 100_003 + step + rank * 1_000_000_007
-            chats = play_chats([p for b in batches for p in b], [run.arm for run, b in zip(active, batches) for _ in b],
-                               (player, player), cfg.chat, chats_per_problem=t.chats_per_problem, seed=seed)
+            chats = play_chats([p for b in batches for p in b],
+                               [ARMS[run.arm] for run, b in zip(active, batches) for _ in b],
+                               {seat: player for seat in protocol.seats}, protocol, cfg.chat,
+                               chats_per_problem=t.chats_per_problem, seed=seed)
+            reward.score_chats(chats, protocol)
             if shared:
                 # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
                 # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
@@ -275,14 +282,14 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 for group in run.optimizer.param_groups:  # a function of the step alone: resuming needs no state
                     group["lr"] = learning_rate(t, step)
                 mine = chats[j * per_run:(j + 1) * per_run]
-                stats = _learn(model, run.optimizer, mine, t, tokenizer.pad_token_id, device)
+                stats = _learn(model, run.optimizer, mine, t, tokenizer.pad_token_id, device, protocol.n_turns)
                 if shared:
                     _swap_out(params, run)
                 learned = time.perf_counter()
                 # Sampling was shared: each run is charged its share of it.
                 sample_seconds = (sampled - began) / len(active)
                 transcripts = distributed.gather([{"step": step, **c.transcript()} for c in mine])
-                row = step_metrics(step, transcripts, stats, sample_seconds + learned - learn_began, sample_seconds,
+                row = step_metrics(step, transcripts, protocol, stats, sample_seconds + learned - learn_began, sample_seconds,
                                    learned - learn_began)
                 if shared:
                     row["perf/shared_runs"] = len(active)
@@ -323,7 +330,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         _finish(run, model, cfg, size, main)
 
 
-def _learn(model, optimizer, chats: list, t, pad_id: int, device):
+def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int):
     """One GRPO update from one run's chats (grouped by problem): advantages, then the learner's samples."""
     G = t.chats_per_problem
     adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
@@ -334,7 +341,7 @@ def _learn(model, optimizer, chats: list, t, pad_id: int, device):
     n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
     return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
                        chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
-                       microbatch_tokens=t.microbatch_tokens)
+                       microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat)
 
 
 def _record(run: _Run, model, step: int, row: dict, transcripts: list, t) -> None:
@@ -409,16 +416,15 @@ def _fmt(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def step_metrics(step: int, chats: list[dict], stats, seconds: float, sample_seconds: float,
+def step_metrics(step: int, chats: list[dict], protocol: Protocol, stats, seconds: float, sample_seconds: float,
                  learn_seconds: float = 0.0) -> dict:
     """A step's metrics row, from its chats' transcripts (every rank's, when data-parallel)."""
-    talk = aggregate_talk([chat_talk(c) for c in chats])
+    talk = aggregate_talk([chat_talk(c, protocol) for c in chats])
     n = len(chats)
     return {
         "step": step,
         "train/reward": sum(c["reward"] for c in chats) / n,
-        "train/acc_a": sum(c["correct"]["A"] for c in chats) / n,
-        "train/acc_b": sum(c["correct"]["B"] for c in chats) / n,
+        **{f"train/acc_{seat}": sum(c["correct"][seat] for c in chats) / n for seat in protocol.seats},
         "talk/send": talk.get("send"),
         "talk/use": talk.get("use"),
         "talk/ask": talk.get("ask"),

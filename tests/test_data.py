@@ -10,6 +10,7 @@ import pytest
 from talktosolve.data import (DataError, Problem, build_datasets, choose, format_summary, load_gsm8k, parse_gold,
                               read_problems, write_problems)
 from talktosolve.numbers import has_number
+from talktosolve.split import split_problem
 
 REAL_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 
@@ -139,16 +140,23 @@ def test_build_datasets(tmp_path, gsm):
     ids = [int(p.id.split("-")[1]) for p in train]
     assert ids == sorted(ids) and all(p.id.startswith("train-") for p in train)
     assert all(p.gold == "1000" for p in test)
+    source = {f"{split}-{r['index']}": r["question"] for split in ("train", "test") for r in load_gsm8k(gsm, split)[0]}
     for p in train + test:
         assert any(has_number(f) for f in p.facts_a) and any(has_number(f) for f in p.facts_b)
+        # a problem holds all its facts in text order, as the splitter cut them; no hands are stored
+        cut = split_problem(source[p.id])
+        assert (p.facts, p.question) == (cut.facts, cut.question) and len(p.facts) == 2
+    assert all(set(json.loads(line)) == {"id", "question", "facts", "gold"}
+               for line in (out / "train.jsonl").read_text().splitlines())
+    assert summary["seats"] == ["A", "B"]
 
     elig = [json.loads(x) for x in (out / "eligibility_train.jsonl").read_text().splitlines()]
     assert [e["index"] for e in elig] == list(range(14))
     assert elig[3] == {"index": 3, "eligible": False, "reason": "too_few_facts"}
-    assert elig[7]["reason"] == "half_a_has_no_number"
+    assert elig[7]["reason"] == "no_number_in_hand_A"
     s = summary["splits"]["train"]
     assert s["rows"] == 14 and s["eligible"] == 12 and s["chosen"] == 5
-    assert s["by_reason"] == {"ok": 12, "half_a_has_no_number": 1, "too_few_facts": 1}
+    assert s["by_reason"] == {"ok": 12, "no_number_in_hand_A": 1, "too_few_facts": 1}
     assert "too_few_facts" in format_summary(summary)
 
     # the same seed chooses the same problems; another seed, others
@@ -157,6 +165,30 @@ def test_build_datasets(tmp_path, gsm):
     build_datasets(gsm, tmp_path / "other", n_train=5, n_test=3, seed=2)
     assert (tmp_path / "other" / "train.jsonl").read_text() != (out / "train.jsonl").read_text()
     assert not list(out.glob("*.tmp"))
+
+
+def test_build_datasets_deals_eligibility_to_every_seat(tmp_path):
+    """With three seats a problem needs a fact per seat and a number in every hand: two-fact rows and rows whose
+    third fact has no number are refused with the seat named; a built problem's hands each hold a number."""
+    from talktosolve.arms import deal_round_robin
+
+    folder = tmp_path / "gsm"
+    folder.mkdir()
+    three = [{"question": f"Tom has {i} apples. Jim has {i + 1} pears. Ann has {i + 2} figs. How many?",
+              "answer": "#### 3"} for i in range(4)]
+    train = three + [row(0), {"question": "Tom has 1 apple. Jim has 2 pears. Ann has figs. How many?",
+                              "answer": "#### 3"}]
+    write_jsonl(folder / "train.jsonl", train)
+    write_jsonl(folder / "test.jsonl", three)
+    summary = build_datasets(folder, tmp_path / "out", n_train=4, n_test=2, seats=("A", "B", "C"))
+    assert summary["seats"] == ["A", "B", "C"]
+    assert summary["splits"]["train"]["by_reason"] == {"ok": 4, "too_few_facts": 1, "no_number_in_hand_C": 1}
+    for p in read_problems(tmp_path / "out" / "train.jsonl"):
+        hands = deal_round_robin(p.facts, ("A", "B", "C"))
+        assert all(len(h) == 1 and any(has_number(f) for f in h) for h in hands.values())
+    # the same rows with two seats: every row with two facts or more is eligible
+    two = build_datasets(folder, tmp_path / "two", n_train=6, n_test=2)
+    assert two["splits"]["train"]["by_reason"] == {"ok": 6}
 
 
 def test_build_datasets_malformed_rows_and_errors(tmp_path, gsm):
@@ -180,28 +212,66 @@ def test_build_datasets_malformed_rows_and_errors(tmp_path, gsm):
 
 
 def test_problems_round_trip_and_validation(tmp_path):
-    problems = [Problem("train-0", "How many?", ["A has 1."], ["B has 2."], "3"),
-                Problem("train-4", "Why?", ["C has 3.", "E has 5."], ["D has 4."], "12")]
+    problems = [Problem("train-0", "How many?", ["A has 1.", "B has 2."], "3"),
+                Problem("train-4", "Why?", ["C has 3.", "D has 4.", "E has 5."], "12")]
     path = tmp_path / "p.jsonl"
     write_problems(path, problems)
     assert read_problems(path) == problems
     assert Problem.from_json(problems[0].to_json()) == problems[0]
+    assert problems[0].to_json() == {"id": "train-0", "question": "How many?", "facts": ["A has 1.", "B has 2."],
+                                     "gold": "3"}
 
     bad = problems[0].to_json()
     del bad["gold"]
     write_jsonl(path, [problems[1].to_json(), bad])
     with pytest.raises(DataError, match=r"p\.jsonl:2: missing field 'gold'"):
         read_problems(path)
-    write_jsonl(path, [dict(problems[0].to_json(), facts_a="A has 1.")])
-    with pytest.raises(DataError, match=r":1: field 'facts_a' must be a list of strings"):
+    write_jsonl(path, [dict(problems[0].to_json(), facts="A has 1.")])
+    with pytest.raises(DataError, match=r":1: field 'facts' must be a list of strings"):
+        read_problems(path)
+    no_facts = problems[0].to_json()
+    del no_facts["facts"]
+    write_jsonl(path, [no_facts])
+    with pytest.raises(DataError, match=r":1: missing field 'facts'"):
         read_problems(path)
     write_jsonl(path, [problems[0].to_json(), problems[0].to_json()])
     with pytest.raises(DataError, match="already used on line 1"):
         read_problems(path)
     with pytest.raises(DataError, match="problem 0: field 'question'"):
-        write_problems(path, [Problem("x", "", [], [], "1")])
+        write_problems(path, [Problem("x", "", [], "1")])
     with pytest.raises(DataError, match="does not exist"):
         read_problems(tmp_path / "missing.jsonl")
+
+
+def test_two_hands_are_views_of_the_facts():
+    p = Problem("train-4", "Why?", ["C has 3.", "D has 4.", "E has 5."], "12")
+    assert p.facts_a == ["C has 3.", "E has 5."] and p.facts_b == ["D has 4."]
+    p.facts_a.append("F has 6.")  # a copy: the problem's facts are untouched
+    assert p.facts == ["C has 3.", "D has 4.", "E has 5."]
+    with pytest.raises(AttributeError):
+        p.facts_a = ["x"]
+
+
+def test_files_of_two_hands_are_read_as_facts_in_text_order(tmp_path):
+    """Problems files written before problems held `facts` (hands `facts_a`, `facts_b`) read back interleaved;
+    two lists that are not round-robin hands are refused."""
+    path = write_jsonl(tmp_path / "old.jsonl", [
+        {"id": "train-0", "question": "Why?", "facts_a": ["C has 3.", "E has 5."], "facts_b": ["D has 4."],
+         "gold": "12"},
+        {"id": "train-1", "question": "How many?", "facts_a": ["A has 1."], "facts_b": ["B has 2."], "gold": "3"},
+    ])
+    assert read_problems(path) == [Problem("train-0", "Why?", ["C has 3.", "D has 4.", "E has 5."], "12"),
+                                   Problem("train-1", "How many?", ["A has 1.", "B has 2."], "3")]
+    for a, b in ((["A has 1."], ["B has 2.", "D has 4."]), (["A has 1.", "C has 3.", "E has 5."], ["B has 2."])):
+        write_jsonl(path, [{"id": "train-0", "question": "Why?", "facts_a": a, "facts_b": b, "gold": "1"}])
+        with pytest.raises(DataError, match="not two round-robin hands"):
+            read_problems(path)
+    write_jsonl(path, [{"id": "train-0", "question": "Why?", "facts_a": "A has 1.", "facts_b": [], "gold": "1"}])
+    with pytest.raises(DataError, match=r":1: field 'facts_a' must be a list of strings"):
+        read_problems(path)
+    write_jsonl(path, [{"id": "train-0", "question": "Why?", "facts_a": ["A has 1."], "gold": "1"}])
+    with pytest.raises(DataError, match=r":1: missing field 'facts_b'"):
+        read_problems(path)
 
 
 def test_real_gsm8k(tmp_path):

@@ -249,9 +249,12 @@ def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
     from talktosolve.micro.base import load_micro_base
     from talktosolve.micro.task import make_problems
     from talktosolve.policy import stop_ids
+    from talktosolve.arms import ARMS
+    from talktosolve.protocol import protocol_of
     from talktosolve.rollout import Player, play_chats
 
     cfg = make_config("micro")
+    protocol = protocol_of(cfg.chat)
     model, tok = load_micro_base()
     engine = StaticEngine(model, stop_ids=stop_ids(tok, model), pad_id=tok.pad_token_id)
     seen = []
@@ -265,8 +268,8 @@ def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
 
     engine.generate = spy
     problems = make_problems("test", 4, seed=0)
-    chats = play_chats(problems, "chat", (Player(engine, tok), Player(engine, tok)), cfg.chat,
-                       chats_per_problem=2, seed=0)
+    chats = play_chats(problems, ARMS["chat"], {"A": Player(engine, tok), "B": Player(engine, tok)}, protocol,
+                       cfg.chat, chats_per_problem=2, seed=0)
     assert len(chats) == 8 and all(len(c.turns) == 4 for c in chats)
     assert seen[0][1] == 0 and seen[1][1] == 0, "a copy's first turn has nothing to reuse"
     for total, reused in seen[2:]:

@@ -21,6 +21,15 @@ def test_microbatches_hold_two_chats_worth_of_messages_grouped_by_length():
     assert lengths == sorted(lengths)
 
 
+def test_microbatches_hold_chats_of_the_protocols_length():
+    """A three-seat chat of 6 messages: two chats' worth is 12 messages, not 8."""
+    samples = [Sample([1] * (3 * t + g), [2], 0.0, g) for g in range(5) for t in range(6)]
+    batches = microbatches(to_sequences(samples), 2, messages_per_chat=6)
+    assert [sum(len(r.spans) for r in b) for b in batches] == [12, 12, 6]
+    lengths = [len(r.ids) for b in batches for r in b]
+    assert lengths == sorted(lengths)
+
+
 def test_token_budget_microbatches_stay_within_it_and_keep_every_row_once():
     samples = [Sample([1] * n, [2] * 3, 0.0, g) for g, n in enumerate([5, 40, 12, 90, 7, 33, 64, 18])]
     rows = to_sequences(samples)

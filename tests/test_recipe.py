@@ -1,4 +1,5 @@
-"""The whole recipe end to end on a tiny model: schema-valid results.json, report and plots; a rerun skips all."""
+"""The whole recipe end to end on a tiny model: schema-valid results.json (v2), report and plots; a rerun skips
+all; the transcript check catches leaks."""
 
 import json
 
@@ -24,25 +25,43 @@ def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, 
     assert "delta chat - cut" in printed and "checks:" in printed
     results = json.loads((out / "results.json").read_text())
     validate_results(results)
-    assert set(results["evals"]) == {"base-chat", "base-cut", "chat-s0", "chat-s1", "cut-s0", "cut-s1",
-                                     "cross-chat-s0", "cross-chat-s1", "cross-cut-s0", "cross-cut-s1"}
+    assert results["schema_version"] == 2
+    assert results["run"]["protocol"] == {"seats": ["A", "B"], "order": ["A", "B", "A", "B"], "limits": [16, 16, 36, 36],
+                                          "finals": [2, 3]}
+    assert results["runs"] == {f"{a}-s{s}": {"arm": a, "seed": s} for a in ("chat", "cut") for s in (0, 1)}
+    runs = [f"{a}-s{s}" for a in ("chat", "cut") for s in (0, 1)]
+    assert set(results["evals"]) == {"base-chat", "base-cut"} | set(runs) | {f"cross-{r}" for r in runs} \
+        | {f"cross-others-{r}" for r in runs}
+    # Each evaluation records its arm and who sat where; the folder names are for reading only.
+    assert results["evals"]["base-cut"]["arm"] == "cut"
+    assert results["evals"]["base-cut"]["seats"] == {"A": "base", "B": "base"}
+    assert results["evals"]["chat-s1"]["seats"] == {"A": "chat-s1", "B": "chat-s1"}
+    assert results["evals"]["cross-cut-s0"]["seats"] == {"A": "cut-s0", "B": "base"}
+    assert results["evals"]["cross-others-chat-s0"]["seats"] == {"A": "base", "B": "chat-s0"}
+    assert all(set(ev["acc"]) == {"A", "B"} and set(ev["talk"]["seats"]) == {"A", "B"}
+               for ev in results["evals"].values())
+    assert results["arms"]["chat"]["seeds"]["1"]["cross_play_others"] == \
+        results["evals"]["cross-others-chat-s1"]["accuracy"]
     checks = results["checks"]
-    assert checks["halves_hold_numbers"] and checks["facts_disjoint_and_complete"]
-    assert checks["cut_never_sees_partner"] is True
+    assert checks["hands_hold_numbers"] is True and checks["hands_disjoint_and_complete"] is True
+    assert checks["views_respect_arms"] is True
     assert set(checks["chat_beats_base"]) == {"0", "1"}
+    comp = results["comparisons"]["chat-cut"]
+    assert set(results["comparisons"]) == {"chat-cut"} and (comp["a"], comp["b"]) == ("chat", "cut")
+    assert (comp["n_seeds_a"], comp["n_seeds_b"]) == (2, 2)
+    assert checks["interval_excludes_zero"] == {"chat-cut": comp["excludes_zero"]}
     for name in ("report.md", "report.html", "plots/learning_curves.png", "plots/accuracy.png", "plots/talk.png",
                  "plots/cross_play.png"):
         assert (out / name).stat().st_size > 0
     assert (out / "plots/accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert results["comparison"]["delta"] == pytest.approx(
-        results["arms"]["chat"]["accuracy"] - results["arms"]["cut"]["accuracy"])
+    assert comp["delta"] == pytest.approx(results["arms"]["chat"]["accuracy"] - results["arms"]["cut"]["accuracy"])
     # Rerun: every stage is current under the same config, so nothing is trained or evaluated again.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.suffix in (".jsonl", ".safetensors")
               or p.name == "summary.json"}
     assert recipe(tiny_model_dir, out) == 0
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     again = json.loads((out / "results.json").read_text())
-    assert again["evals"] == results["evals"] and again["comparison"] == results["comparison"]
+    assert again["evals"] == results["evals"] and again["comparisons"] == results["comparisons"]
 
 
 def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
@@ -58,22 +77,46 @@ def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
     assert json.loads(base_eval.read_text())["key"] != base_before
 
 
-def test_cut_transcript_check_catches_a_leak(tiny_model_dir, tmp_path):
+def test_views_check_catches_a_leak(tiny_model_dir, tmp_path):
+    """`views_respect_arms` holds on the recipe's own transcripts of every arm, and fails on each kind of leak: a
+    cut seat shown a partner's message, a hand holding a fact its arm does not deal it, a chat transcript
+    claiming the cut arm."""
+    import copy
+
     from talktosolve.config import make_config
-    from talktosolve.recipe import cut_never_sees_partner
+    from talktosolve.protocol import protocol_of
+    from talktosolve.recipe import views_respect_arms
     from talktosolve.store import read_jsonl, write_text
 
     out = tmp_path / "rec"
     assert recipe(tiny_model_dir, out) == 0
-    path = out / "evals" / "base-cut" / "chats.jsonl"
     cfg = make_config("tiny")
-    assert cut_never_sees_partner([path], cfg.chat)
-    chats = read_jsonl(path)
-    # Show B, in its final view, A's first message: the check must notice.
-    leak = chats[0]["messages"][3]["view"]
-    leak[-1]["content"] = leak[-1]["content"].replace("(no message)", chats[0]["messages"][2]["text"] or "x", 1)
-    write_text(path, "".join(json.dumps(c) + "\n" for c in chats))
-    assert not cut_never_sees_partner([path], cfg.chat)
+    protocol = protocol_of(cfg.chat)
+    cut, chat = out / "evals" / "base-cut" / "chats.jsonl", out / "evals" / "base-chat" / "chats.jsonl"
+    training = [out / "runs" / run / "transcripts.jsonl" for run in ("chat-s0", "cut-s1")]
+    assert views_respect_arms([cut, chat] + training, protocol, cfg.chat)
+    chats, chat_chats = read_jsonl(cut), read_jsonl(chat)
+
+    def check(records, name="leak.jsonl") -> bool:
+        path = tmp_path / name
+        write_text(path, "".join(json.dumps(c) + "\n" for c in records))
+        return views_respect_arms([path], protocol, cfg.chat)
+
+    assert check(chats) and check(chat_chats)  # rewritten unchanged, they still pass
+    # Show B, in its final view, A's final message: the check must notice.
+    leak = copy.deepcopy(chats)
+    view = leak[0]["messages"][3]["view"]
+    view[-1]["content"] = view[-1]["content"].replace("(no message)", chats[0]["messages"][2]["text"] or "x", 1)
+    assert view != chats[0]["messages"][3]["view"]
+    assert not check(leak)
+    # Deal B one of A's facts as well.
+    leak = copy.deepcopy(chats)
+    leak[0]["hands"]["B"] = leak[0]["hands"]["B"] + leak[0]["hands"]["A"][:1]
+    assert not check(leak)
+    # A chat-arm transcript is no cut transcript: its views show the partner's messages.
+    leak = copy.deepcopy(chat_chats)
+    leak[0]["arm"] = "cut"
+    assert not check(leak)
 
 
 def test_parallel_runs_train_in_separate_processes(tiny_model_dir, tmp_path):
@@ -82,6 +125,19 @@ def test_parallel_runs_train_in_separate_processes(tiny_model_dir, tmp_path):
     for name in ("chat-s0", "cut-s0"):
         assert (out / "runs" / name / "done.json").exists()
     validate_results(json.loads((out / "results.json").read_text()))
+
+
+def test_one_arm_recipe_has_a_null_comparison_and_a_report(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "rec"
+    assert recipe(tiny_model_dir, out, "arms=chat", "seeds=0", "train.steps=1") == 0
+    assert "delta chat-cut: - (an arm was not run)" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    validate_results(results)
+    assert results["comparisons"] == {"chat-cut": None}
+    assert results["checks"]["interval_excludes_zero"] == {"chat-cut": None}
+    assert results["checks"]["cut_near_base"] == {} and set(results["checks"]["chat_beats_base"]) == {"0"}
+    assert set(results["evals"]) == {"base-chat", "chat-s0", "cross-chat-s0", "cross-others-chat-s0"}
+    assert "no chat-cut comparison" in (out / "report.md").read_text(encoding="utf-8")
 
 
 def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tmp_path):

@@ -38,10 +38,27 @@ def test_unknown_config_key_names_the_closest():
     ({"eval": {"n_problems": 500}}, "exceeds data.n_test"),
     ({"chat": {"temperature": 0}}, "temperature"),
     ({"model": {"finetune": "qlora"}}, "finetune"),
+    # the team's protocol, arms and comparisons
+    ({"chat": {"order": ["A", "B", "C"]}}, r"chat.order names \['C'\], which are not in chat.seats"),
+    ({"chat": {"seats": ["A", "B", "C"]}}, r"chat.order never gives \['C'\] a turn"),
+    ({"chat": {"seats": ["A"], "order": ["A"]}}, "at least 2 seats"),
+    ({"chat": {"turn_tokens": [16, 36]}}, "chat.turn_tokens has 2 limits for the 4 turns"),
+    ({"chat": {"final_turns": [0, 0]}}, "chat.final_turns gives seat B turn 0, which is not one of its turns"),
+    ({"arms": ["chat", "nope"]}, "arms holds `nope`"),
+    ({"arms": ["chat", "chat"]}, "arms holds an arm twice"),
+    ({"comparisons": ["chat-chat"]}, "comparisons holds `chat-chat`"),
 ])
 def test_impossible_settings_fail_before_any_work(override, message):
     with pytest.raises(ConfigError, match=message):
         make_config(None, override)
+
+
+@pytest.mark.parametrize("seat, message", [("C=somewhere", "no seat C in this protocol"),
+                                           ("C", "expected SEAT=FOLDER")])
+def test_eval_of_a_seat_the_protocol_lacks_is_a_clear_error(tmp_path, capsys, seat, message):
+    code = main(["eval", "--preset", "tiny", "--seat", seat, "--out", str(tmp_path / "ev"), "--quiet"])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "ev" / "summary.json").exists()
 
 
 def test_token_limit_beyond_the_context_is_a_clear_error(tiny_model_dir, tmp_path, capsys):

@@ -8,7 +8,8 @@ import torch
 from safetensors.torch import load_file
 
 from talktosolve.config import make_config
-from talktosolve.recipe import cut_never_sees_partner
+from talktosolve.protocol import protocol_of
+from talktosolve.recipe import views_respect_arms
 from talktosolve.store import read_jsonl
 from talktosolve.tasks import load_problems
 from talktosolve.train import train_runs
@@ -29,14 +30,16 @@ def rewards_by_arm(monkeypatch):
     """A random model never answers right, so every advantage would be 0. Stand-in rewards: the chat arm's
     depend on its answers (a learning signal), the cut arm's are always 0 (no signal: AdamW leaves it exactly
     at its initialisation, which shows whether another run's update ever leaked into it)."""
-    import talktosolve.rollout
+    import talktosolve.reward
 
-    def score(chats):
+    def score(chats, protocol):
         for c in chats:
-            right = c.arm == "chat" and len(c.turns[-1].text) % 2 == 1
-            c.answers, c.correct, c.reward = {"A": None, "B": None}, {"A": right, "B": right}, float(right)
+            right = c.arm.name == "chat" and len(c.turns[-1].text) % 2 == 1
+            c.answers = {seat: None for seat in protocol.seats}
+            c.correct = {seat: right for seat in protocol.seats}
+            c.reward = float(right)
 
-    monkeypatch.setattr(talktosolve.rollout, "score_chats", score)
+    monkeypatch.setattr(talktosolve.reward, "score_chats", score)
 
 
 def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_path, monkeypatch):
@@ -53,10 +56,11 @@ def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_pat
         chats = read_jsonl(out / "transcripts.jsonl")
         assert len(chats) == 2 * 2 * 4 and {c["arm"] for c in chats} == {arm}
         assert (out / "done.json").exists() and (out / "final" / "adapter_model.safetensors").exists()
-    # Each run played its own problems (its seed's stream), and the cut run never saw its partner.
+    # Each run played its own problems (its seed's stream), in its own arm: the cut run never saw its partner.
     firsts = [[c["problem_id"] for c in read_jsonl(out / "transcripts.jsonl") if c["step"] == 0] for *_, out in runs]
     assert firsts[0] != firsts[1]
-    assert cut_never_sees_partner([runs[1][2] / "transcripts.jsonl"], cfg.chat)
+    files = [out / "transcripts.jsonl" for *_, out in runs]
+    assert views_respect_arms(files, protocol_of(cfg.chat), cfg.chat)
     chat_w = load_file(str(runs[0][2] / "final" / "adapter_model.safetensors"))
     cut_w = load_file(str(runs[1][2] / "final" / "adapter_model.safetensors"))
     assert any(t.abs().max() > 0 for k, t in chat_w.items() if "lora_B" in k), "the chat run learned"

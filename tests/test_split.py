@@ -1,4 +1,4 @@
-"""The sentence splitter and the fact split: hard GSM8K-style cases, eligibility reasons, the A/B deal."""
+"""The sentence splitter and the fact split: hard GSM8K-style cases, eligibility reasons, the deal to N seats."""
 
 from __future__ import annotations
 
@@ -74,8 +74,22 @@ def test_split_problem_basic_deal():
     sp = split_problem("Tom has 3 apples. Jim has 4 pears. Ann has 2 plums. Bo has 1 fig. How many fruits?")
     assert sp == Split(True, "ok", ["Tom has 3 apples.", "Ann has 2 plums."], ["Jim has 4 pears.", "Bo has 1 fig."],
                        "How many fruits?",
-                       ["Tom has 3 apples.", "Jim has 4 pears.", "Ann has 2 plums.", "Bo has 1 fig."])
+                       ["Tom has 3 apples.", "Jim has 4 pears.", "Ann has 2 plums.", "Bo has 1 fig."],
+                       {"A": ["Tom has 3 apples.", "Ann has 2 plums."], "B": ["Jim has 4 pears.", "Bo has 1 fig."]})
     json.dumps(sp.to_json())  # lists, so it goes straight to JSON
+
+
+def test_three_seats_are_dealt_round_robin():
+    text = "Tom has 3 apples. Jim has 4 pears. Ann has 2 plums. Bo has 1 fig. Cy has 5 nuts. How many fruits?"
+    sp = split_problem(text, ("A", "B", "C"))
+    assert sp.eligible and sp.reason == "ok"
+    assert sp.hands == {"A": ["Tom has 3 apples.", "Bo has 1 fig."], "B": ["Jim has 4 pears.", "Cy has 5 nuts."],
+                        "C": ["Ann has 2 plums."]}
+    assert (sp.facts_a, sp.facts_b) == (sp.hands["A"], sp.hands["B"])  # the first two seats' hands
+    assert sp.question == "How many fruits?" and len(sp.facts) == 5
+    named = split_problem(text, ("x", "y", "z", "w"))  # seat names are the config's, in dealing order
+    assert list(named.hands) == ["x", "y", "z", "w"] and named.hands["w"] == ["Bo has 1 fig."]
+    json.dumps(sp.to_json())
 
 
 def test_question_in_the_middle_and_facts_after_it():
@@ -108,9 +122,9 @@ def test_question_followed_by_closing_quote():
     ("", "no_sentences"),
     ("How many?", "too_few_facts"),
     ("Tom has 3 apples. How many?", "too_few_facts"),
-    ("Tom has three apples. Jim has 4 pears. How many?", "half_a_has_no_number"),
-    ("Tom has 3 apples. Jim has four pears. How many?", "half_b_has_no_number"),
-    ("Tom has three apples. Jim has four pears. How many if he eats 2?", "both_halves_have_no_number"),
+    ("Tom has three apples. Jim has 4 pears. How many?", "no_number_in_hand_A"),
+    ("Tom has 3 apples. Jim has four pears. How many?", "no_number_in_hand_B"),
+    ("Tom has three apples. Jim has four pears. How many if he eats 2?", "no_number_in_hands_A_B"),
     ("Tom has 3 apples. Jim has 4 pears. How many?", "ok"),
     # numbers count in any form the numbers module reads: money, percent, units, fractions
     ("Tom pays $1,000. The tax is 20%. How much?", "ok"),
@@ -122,10 +136,29 @@ def test_eligibility_reasons(text, reason):
     assert sp.eligible == (reason == "ok")
 
 
+@pytest.mark.parametrize("text, reason", [
+    ("Tom has 3 apples. Jim has 4 pears. How many?", "too_few_facts"),  # 2 facts for 3 seats
+    ("Tom has 3 apples. Jim has 4 pears. Ann has 2 plums. How many?", "ok"),
+    ("Tom has 3 apples. Jim has 4 pears. Ann has two plums. How many?", "no_number_in_hand_C"),
+    ("Tom has 3 apples. Jim has four pears. Ann has two plums. Bo has 1 fig. How many?", "no_number_in_hands_B_C"),
+    ("Tom has apples. Jim has 4 pears. Ann has two plums. How many?", "no_number_in_hands_A_C"),
+    # a number in any one of a seat's facts is enough: A holds facts 1 and 4
+    ("Tom has apples. Jim has 4 pears. Ann has 2 plums. Bo has 1 fig. How many?", "ok"),
+])
+def test_eligibility_reasons_with_three_seats(text, reason):
+    sp = split_problem(text, ("A", "B", "C"))
+    assert sp.reason == reason
+    assert sp.eligible == (reason == "ok")
+
+
 def test_ineligible_split_still_fills_fields():
     sp = split_problem("Tom has three apples. Jim has 4 pears. How many?")
     assert sp.facts_a == ["Tom has three apples."] and sp.facts_b == ["Jim has 4 pears."]
+    assert sp.hands == {"A": ["Tom has three apples."], "B": ["Jim has 4 pears."]}
     assert sp.question == "How many?"
+    few = split_problem("Tom has 3 apples. Jim has 4 pears. How many?", ("A", "B", "C"))
+    assert few.reason == "too_few_facts" and few.hands == {"A": ["Tom has 3 apples."], "B": ["Jim has 4 pears."],
+                                                           "C": []}
 
 
 def test_split_is_frozen():
@@ -138,22 +171,33 @@ WORDS = st.sampled_from(["Tom", "has", "3", "apples", "$1.50", "Mr.", "e.g.", "a
                          "B)", '"Is', 'it?"', "it", "...", "!", "?", ".", "\n", "St.", "in.", "20%"])
 
 
+SEATS = st.sampled_from([("A", "B"), ("A", "B", "C"), ("A", "B", "C", "D")])
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(WORDS, max_size=30))
-def test_split_invariants(words):
-    """For any text: A and B are disjoint slices that interleave back into the facts, in order; eligibility
-    agrees with the rule; no sentence is lost (every non-space character survives, in order)."""
+@given(st.lists(WORDS, max_size=30), SEATS)
+def test_split_invariants(words, seats):
+    """For any text and team: the hands are disjoint round-robin slices that interleave back into the facts, in
+    order; eligibility agrees with the rule; no sentence is lost (every non-space character survives, in order)."""
     text = " ".join(words)
-    sp = split_problem(text)
+    sp = split_problem(text, seats)
     facts = sp.facts
-    assert sp.facts_a == facts[0::2] and sp.facts_b == facts[1::2]
-    merged = [f for pair in zip(sp.facts_a, sp.facts_b) for f in pair] + sp.facts_a[len(sp.facts_b):]
-    assert merged == facts
+    n = len(seats)
+    if sp.reason != "no_sentences":
+        assert list(sp.hands) == list(seats)
+        assert all(sp.hands[seat] == facts[k::n] for k, seat in enumerate(seats))
+        assert sp.facts_a == sp.hands[seats[0]] and sp.facts_b == sp.hands[seats[1]]
+        merged = [sp.hands[seats[i % n]][i // n] for i in range(len(facts))]
+        assert merged == facts and sum(len(h) for h in sp.hands.values()) == len(facts)
     if sp.eligible:
-        assert len(facts) >= 2
-        assert any(has_number(f) for f in sp.facts_a) and any(has_number(f) for f in sp.facts_b)
+        assert len(facts) >= n
+        assert all(any(has_number(f) for f in hand) for hand in sp.hands.values())
+    elif sp.reason.startswith("no_number_in_"):
+        empty = [seat for seat in seats if not any(has_number(f) for f in sp.hands[seat])]
+        assert sp.reason == ("no_number_in_hand_" if len(empty) == 1 else "no_number_in_hands_") + "_".join(empty)
     sentences = split_sentences(text)
     if any(c.isalnum() for c in text):
         assert "".join("".join(sentences).split()) == "".join(text.split())
     if sentences:
         assert sp.question in sentences and len(facts) == len(sentences) - 1
+        assert sp.eligible == (len(facts) >= n and all(any(has_number(f) for f in h) for h in sp.hands.values()))

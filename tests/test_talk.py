@@ -1,4 +1,5 @@
-"""Talk metrics on hand-built chats: own-only numbers, send/use/ask/agree, and their pooled means."""
+"""Talk metrics on hand-built chats: own-only numbers, send/use/ask/agree for two seats (the stable
+`talk_metrics`) and for any protocol (`team_talk`), and their per-seat and pooled means."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from talktosolve.talk import TALK_KEYS, aggregate_talk, talk_metrics
+from talktosolve.protocol import Protocol
+from talktosolve.talk import PAPER_PROTOCOL, aggregate_talk, talk_metrics, team_talk
+
+TALK_KEYS = ("send_a", "send_b", "use_a", "use_b", "ask_a", "ask_b", "agree", "use_given_sent_a",
+             "use_given_sent_b", "chars_a", "chars_b")
 
 # A's facts hold 1,000 (own), $3.50 (own) and 12 (also B's: shared, so nobody's own). B's hold 7 (own) and 12.
 # The question holds 4: a number everyone is given, so nobody's own either, though A's facts mention it too.
@@ -94,6 +99,8 @@ def test_ask():
         (r"\boxed{72}", "72", False),
         ("72", "72", False),
         (r"\boxed{1} then \boxed{72}", r"\boxed{72}", True),
+        (r"\boxed{}", r"\boxed{}", False),  # an empty box is no answer, so two of them do not agree
+        (r"\boxed{x}", r"\boxed{x}", False),  # nor do two equal non-numeric boxes
     ],
 )
 def test_agree(final_a, final_b, agree):
@@ -106,19 +113,22 @@ def test_wrong_number_of_messages(messages):
         talk_metrics(FACTS_A, FACTS_B, QUESTION, messages)
 
 
+def _row(send_a, send_b, use_a, use_b, ask_a, ask_b, agree, ugs_a, ugs_b, chars_a, chars_b):
+    return {"seats": {"A": {"send": send_a, "use": use_a, "use_given_sent": ugs_a, "ask": ask_a, "chars": chars_a},
+                      "B": {"send": send_b, "use": use_b, "use_given_sent": ugs_b, "ask": ask_b, "chars": chars_b}},
+            "agree": agree}
+
+
 def test_aggregate():
-    rows = [
-        {"send_a": 1.0, "send_b": None, "use_a": 0.5, "use_b": None, "ask_a": True, "ask_b": False, "agree": True,
-         "use_given_sent_a": None, "use_given_sent_b": 1.0, "chars_a": 10, "chars_b": 20},
-        {"send_a": 0.0, "send_b": 0.5, "use_a": None, "use_b": None, "ask_a": False, "ask_b": False, "agree": False,
-         "use_given_sent_a": None, "use_given_sent_b": 0.0, "chars_a": 30, "chars_b": 40},
-    ]
+    rows = [_row(1.0, None, 0.5, None, True, False, True, None, 1.0, 10, 20),
+            _row(0.0, 0.5, None, None, False, False, False, None, 0.0, 30, 40)]
     out = aggregate_talk(rows)
-    assert out["send_a"] == 0.5 and out["send_b"] == 0.5
-    assert out["use_a"] == 0.5 and out["use_b"] is None
-    assert out["ask_a"] == 0.5 and out["ask_b"] == 0.0 and out["agree"] == 0.5
-    assert out["use_given_sent_a"] is None and out["use_given_sent_b"] == 0.5
-    assert out["chars_a"] == 20 and out["chars_b"] == 30
+    a, b = out["seats"]["A"], out["seats"]["B"]
+    assert a["send"] == 0.5 and b["send"] == 0.5
+    assert a["use"] == 0.5 and b["use"] is None
+    assert a["ask"] == 0.5 and b["ask"] == 0.0 and out["agree"] == 0.5
+    assert a["use_given_sent"] is None and b["use_given_sent"] == 0.5
+    assert a["chars"] == 20 and b["chars"] == 30
     assert out["send"] == pytest.approx(0.5)  # (1 + 0 + 0.5) / 3
     assert out["use"] == 0.5 and out["n_send"] == 3 and out["n_use"] == 1
     assert out["ask"] == 0.25 and out["use_given_sent"] == 0.5
@@ -126,14 +136,64 @@ def test_aggregate():
 
 def test_aggregate_empty():
     out = aggregate_talk([])
-    assert all(out[key] is None for key in (*TALK_KEYS, "send", "use", "use_given_sent", "ask"))
-    assert out["n_send"] == 0 and out["n_use"] == 0
+    assert all(out[key] is None for key in ("send", "use", "use_given_sent", "ask", "agree"))
+    assert out["seats"] == {} and out["n_send"] == 0 and out["n_use"] == 0
 
 
 def test_aggregate_of_real_rows():
-    rows = [talk_metrics(FACTS_A, FACTS_B, QUESTION, chat("I have 1000?", "7")) for _ in range(3)]
+    rows = [team_talk({"A": FACTS_A, "B": FACTS_B}, QUESTION, chat("I have 1000?", "7"), PAPER_PROTOCOL)
+            for _ in range(3)]
     out = aggregate_talk(rows)
-    assert out["send_a"] == 0.5 and out["send_b"] == 1.0 and out["ask"] == 0.5 and out["n_send"] == 6
+    assert out["seats"]["A"]["send"] == 0.5 and out["seats"]["B"]["send"] == 1.0
+    assert out["ask"] == 0.5 and out["n_send"] == 6
+
+
+def test_team_talk_of_two_seats_is_talk_metrics():
+    messages = chat("I have 1000?", "I gave 7 away.", r"7 and \boxed{5}", r"1000, 3.50 so \boxed{5}")
+    flat = talk_metrics(FACTS_A, FACTS_B, QUESTION, messages)
+    team = team_talk({"A": FACTS_A, "B": FACTS_B}, QUESTION, messages, PAPER_PROTOCOL)
+    for seat in ("A", "B"):
+        for key, value in team["seats"][seat].items():
+            assert flat[f"{key}_{seat.lower()}"] == value
+    assert flat["agree"] == team["agree"] is True
+
+
+# Three seats, turns A, B, C, A, B, C (finals 3, 4, 5). Own-only: A {10}, B {20}, C {30}; 5 is in the question.
+THREE = Protocol(("A", "B", "C"), ("A", "B", "C", "A", "B", "C"), (1,) * 6, (3, 4, 5))
+HANDS = {"A": ["Ann has 10 pens and 5 cups."], "B": ["Ben has 20 pens."], "C": ["Cy has 30 pens."]}
+Q3 = "How many pens for 5 people?"
+
+
+def test_three_seats_send_counts_messages_before_some_partners_final():
+    # A's final (turn 3) comes before B's and C's finals: it counts as sent. C's turn 2 comes before A's final.
+    t = team_talk(HANDS, Q3, ["hi", "hi", "I have 30", r"10 \boxed{1}", r"\boxed{1}", r"\boxed{1}"], THREE)
+    assert t["seats"]["A"]["send"] == 1.0 and t["seats"]["C"]["send"] == 1.0 and t["seats"]["B"]["send"] == 0.0
+    # C's final (turn 5) comes after every partner's final: nothing in it is sent.
+    late = team_talk(HANDS, Q3, ["hi", "hi", "hi", r"\boxed{1}", r"\boxed{1}", r"30 \boxed{1}"], THREE)
+    assert late["seats"]["C"]["send"] == 0.0
+
+
+def test_three_seats_use_pools_every_partners_numbers():
+    t = team_talk(HANDS, Q3, ["I have 10", "I have 20", "hi", r"20 \boxed{1}", r"10 and 30 \boxed{1}",
+                              r"\boxed{1}"], THREE)
+    a, b = t["seats"]["A"], t["seats"]["B"]
+    assert a["use"] == 0.5  # 20 of {20, 30}
+    assert a["use_given_sent"] == 1.0  # only 20 was sent to A before its final, and A used it
+    assert b["use"] == 1.0  # 10 and 30 of {10, 30}
+    assert b["use_given_sent"] == 1.0  # 10 was sent (turn 0); 30 never was (C said "hi")
+    assert t["seats"]["C"]["use_given_sent"] == 0.0 and t["seats"]["C"]["use"] == 0.0
+
+
+def test_three_seats_agree_needs_every_final_to_box_the_same_number():
+    base = ["", "", "", r"\boxed{7}", r"\boxed{7.0}"]
+    assert team_talk(HANDS, Q3, base + [r"\boxed{7}"], THREE)["agree"] is True
+    assert team_talk(HANDS, Q3, base + [r"\boxed{8}"], THREE)["agree"] is False
+    assert team_talk(HANDS, Q3, base + ["7"], THREE)["agree"] is False
+
+
+def test_team_talk_needs_one_message_per_turn():
+    with pytest.raises(ValueError, match="6 turns"):
+        team_talk(HANDS, Q3, ["a"] * 4, THREE)
 
 
 TEXT = st.text(alphabet=st.sampled_from(list("0123456789.,$%?{}\\boxed ab-/")) | st.characters(), max_size=80)
@@ -147,4 +207,5 @@ def test_talk_metrics_never_crashes(facts_a, facts_b, question, messages):
     for key in ("send_a", "send_b", "use_a", "use_b", "use_given_sent_a", "use_given_sent_b"):
         assert out[key] is None or 0.0 <= out[key] <= 1.0
     assert all(isinstance(out[key], bool) for key in ("ask_a", "ask_b", "agree"))
-    aggregate_talk([out, out])
+    row = team_talk({"A": facts_a, "B": facts_b}, question, messages, PAPER_PROTOCOL)
+    aggregate_talk([row, row])

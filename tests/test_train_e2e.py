@@ -32,16 +32,22 @@ def test_train_two_steps_writes_a_complete_run(tiny_model_dir, tmp_path, arm):
     assert cfg["arm"] == arm and cfg["train"]["steps"] == 2 and cfg["model"]["lora_r"] == 4
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1]
-    for key in ("train/reward", "train/acc_a", "train/acc_b", "talk/send", "talk/ask", "loss/policy",
+    for key in ("train/reward", "train/acc_A", "train/acc_B", "talk/send", "talk/ask", "loss/policy",
                 "loss/grad_norm", "perf/tokens", "perf/seconds"):
         assert key in metrics[0]
+    assert not {"train/acc_a", "train/acc_b"} & set(metrics[0])
     chats = read_jsonl(out / "transcripts.jsonl")
     assert len(chats) == 2 * 2 * 4  # steps x problems x chats
+    for m in metrics:
+        rows = [c for c in chats if c["step"] == m["step"]]
+        assert m["train/acc_A"] == sum(c["correct"]["A"] for c in rows) / len(rows)
     for c in chats:
         assert [m["speaker"] for m in c["messages"]] == ["A", "B", "A", "B"]
         assert all(m["tokens"] <= (6 if m["turn"] < 2 else 5) for m in c["messages"])  # token limits
         assert c["reward"] == (c["correct"]["A"] + c["correct"]["B"]) / 2
         assert all("view" in m for m in c["messages"])
+        assert c["arm"] == arm and c["hidden"] == []
+        assert c["hands"] == {"A": c["facts"][0::2], "B": c["facts"][1::2]}  # both arms deal round-robin
         if arm == "cut":
             for i, m in enumerate(c["messages"]):
                 seen = "\n".join(p["content"] for p in m["view"])
@@ -56,14 +62,51 @@ def test_train_two_steps_writes_a_complete_run(tiny_model_dir, tmp_path, arm):
     assert (out / "final" / "adapter_model.safetensors").exists()
     assert (out / "done.json").exists()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+    from talktosolve.config import make_config
+    from talktosolve.protocol import protocol_of
+    from talktosolve.recipe import views_respect_arms
+
+    chat_cfg = make_config("micro", {"chat": {"max_message_tokens": 6, "max_final_tokens": 5}}).chat
+    assert views_respect_arms([out / "transcripts.jsonl"], protocol_of(chat_cfg), chat_cfg)
+
+
+def test_three_seats_train_with_their_own_turns_limits_and_reward(tiny_model_dir, tmp_path):
+    """A team of three (turns A, B, C, A, B, C, each its own limit): every seat speaks in order, is dealt every
+    third fact, is graded, and has its own accuracy metric; the reward is the mean of the three."""
+    from talktosolve.data import write_problems
+    from talktosolve.micro.task import make_problems, problem_text
+    from talktosolve.split import split_problem
+
+    seats = ("A", "B", "C")
+    problems = [p for p in make_problems("train", 400, seed=0) if split_problem(problem_text(p), seats).eligible]
+    assert len(problems) >= 24
+    built = tmp_path / "built"
+    write_problems(built / "train.jsonl", problems[:16])
+    write_problems(built / "test.jsonl", problems[16:24])
+    limits = [6, 5, 4, 5, 4, 3]
+    out = tmp_path / "run"
+    run_train(tiny_model_dir, out, extra=["data.task=gsm8k", f"data.gsm8k={built}", "chat.seats=A,B,C",
+                                          "chat.order=A,B,C,A,B,C", f"chat.turn_tokens={','.join(map(str, limits))}"])
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1]
+    assert {"train/acc_A", "train/acc_B", "train/acc_C"} <= set(metrics[0])
+    chats = read_jsonl(out / "transcripts.jsonl")
+    assert len(chats) == 2 * 2 * 4
+    for c in chats:
+        assert [m["speaker"] for m in c["messages"]] == ["A", "B", "C", "A", "B", "C"]
+        assert all(m["tokens"] <= limits[m["turn"]] for m in c["messages"])
+        assert c["hands"] == {seat: c["facts"][k::3] for k, seat in enumerate(seats)}
+        assert set(c["correct"]) == set(seats)
+        assert c["reward"] == pytest.approx(sum(c["correct"].values()) / 3)
+    assert (out / "done.json").exists()
 
 
 def test_adapter_changed_and_rerun_is_a_no_op(tiny_model_dir, tmp_path, monkeypatch):
     # A random model never answers right, so every advantage would be 0 and nothing would move. A stand-in
     # grader (odd-length answers are "right") gives the learner a signal; the rest is the real pipeline.
-    import talktosolve.rollout
+    import talktosolve.reward
 
-    monkeypatch.setattr(talktosolve.rollout, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
+    monkeypatch.setattr(talktosolve.reward, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
     out = tmp_path / "run"
     # A larger learning rate so a 2-step update is visible in every LoRA B matrix.
     run_train(tiny_model_dir, out, extra=["train.lr=1e-2"])
