@@ -141,6 +141,8 @@ def _check_consistency(r: dict) -> None:
                 _fail(path + ("seats", seat), f"`{who}` is neither `base` nor a run of the `{ev['arm']}` arm")
         if list(ev["acc"]) != seats:
             _fail(path + ("acc",), f"holds seats {list(ev['acc'])}, not the protocol's {seats}")
+        if list(ev["talk"]["seats"]) != seats:
+            _fail(path + ("talk", "seats"), f"holds seats {list(ev['talk']['seats'])}, not the protocol's {seats}")
         _check_interval(ev, path, "accuracy")
         have[(ev["arm"], tuple(ev["seats"].values()))] = name
     missing = sorted(want - set(have))

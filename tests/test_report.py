@@ -235,6 +235,14 @@ def test_broken_results_fail_with_the_path(results, mutate, path):
     assert isinstance(err.value, ValueError)
 
 
+def test_talk_of_other_seats_than_the_protocols_fails_with_the_path(results):
+    broken = copy.deepcopy(results)
+    talk = broken["evals"]["chat-s0"]["talk"]
+    talk["seats"] = {"A": talk["seats"]["A"], "X": talk["seats"]["B"]}
+    with pytest.raises(ResultsError, match=r"evals\.chat-s0\.talk\.seats:"):
+        validate_results(broken)
+
+
 def test_talk_rates_may_be_null(results):
     r = copy.deepcopy(results)
     r["evals"]["chat-s0"]["talk"].update(send=None, use=None, use_given_sent=None)
