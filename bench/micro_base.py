@@ -1,7 +1,7 @@
 """Pretrain a micro base from scratch, then measure the untrained team it makes.
 
     python bench/micro_base.py [--base micro|micro-teams] [--steps N] [--out DIR] [--json FILE] [--problems 200]
-                               [--load DIR] [--teams]
+                               [--load DIR] [--teams [--heard-only]]
 
 Prints the pretraining time and, for the untrained pair on held-out micro problems (`--problems` x 2 chats,
 temperature 1, each arm): team accuracy (mean of A's and B's correctness), A's and B's accuracy, send, use, ask,
@@ -15,7 +15,8 @@ accuracy, the share of its non-final messages that state numbers (`states`) or a
 finals that take a partner's numbers (`takes`: a group marked `yours` or with a seat name) and whose running sum
 is right step by step (`sums_ok`), agreement and truncation; then `heard_check`: each seat's final, greedy and
 sampled, after scripted partners that stated every number and took none: `all` (it boxes the gold: it took and
-summed every number it heard), `own` (it boxes its own hand's total), `other`.
+summed every number it heard), `own` (it boxes its own hand's total), `other`. `--teams --heard-only` runs the
+heard check alone (on `--problems` problems: quick on a CPU).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from talktosolve.arms import ARMS  # noqa: E402
 from talktosolve.chat import Seat, render_view, view  # noqa: E402
 from talktosolve.engine import Engine  # noqa: E402
-from talktosolve.grading import extract_answer, grade_many  # noqa: E402
+from talktosolve.grading import extract_answer, grade_many, numeric_value  # noqa: E402
 from talktosolve.micro import script  # noqa: E402
 from talktosolve.micro.base import base_recipe, load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
 from talktosolve.micro.prompts import micro_chat_config  # noqa: E402
@@ -176,10 +177,23 @@ def team_figures(engine, tok, problems_by_seats: dict, order: str, arm: str, *, 
                           "asks": sum(t.rstrip().endswith("?") or t.startswith("tell") for t in talk)
                           / max(len(talk), 1),
                           "takes": sum(map(_takes, finals)) / n, "sums_ok": sum(map(sums_ok, finals)) / n}
-    boxed = [[extract_answer(m[protocol.final_turn(s)]) for s in protocol.seats] for m in messages]
+    boxed = [[numeric_value(extract_answer(m[protocol.final_turn(s)]) or "") for s in protocol.seats]
+             for m in messages]
     out.update(team=correct_sum / (n * len(protocol.seats)), seats=per_seat,
                agree=sum(b[0] is not None and len(set(b)) == 1 for b in boxed) / n,
                truncated=sum(map(sum, cut)) / (n * protocol.n_turns), example=messages[0])
+    return out
+
+
+def _greedy(model, tok, texts: list[str], max_tokens: int) -> list[str]:
+    """Greedy completions through transformers' own `generate` (left-padded batches)."""
+    out = []
+    for i in range(0, len(texts), 64):
+        batch = tok(texts[i:i + 64], add_special_tokens=False, padding=True, return_tensors="pt").to(model.device)
+        with torch.no_grad():
+            ids = model.generate(**batch, max_new_tokens=max_tokens, do_sample=False, eos_token_id=tok.eos_token_id,
+                                 pad_token_id=tok.pad_token_id)
+        out += tok.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     return out
 
 
@@ -190,10 +204,10 @@ def heard_check(model, tok, problems, order: str, *, seed: int = 1234) -> dict:
     arm = ARMS["chat"]
     rep = script.Repertoire(p_state=1.0, p_ask=0.0, p_keep=1.0, p_use=0.0)
     rng = random.Random(seed)
+    engine = Engine(model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, temperature=1.0)
+    gen = torch.Generator(device=engine.device).manual_seed(seed)
     out: dict = {}
-    for mode, temperature in (("greedy", 1e-6), ("sampled", 1.0)):
-        engine = Engine(model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, temperature=temperature)
-        gen = torch.Generator(device=engine.device).manual_seed(seed)
+    for mode in ("greedy", "sampled"):
         rows = {}
         for seat in protocol.seats:
             f = protocol.final_turn(seat)
@@ -203,13 +217,15 @@ def heard_check(model, tok, problems, order: str, *, seed: int = 1234) -> dict:
                 messages = script.team_chat(hands, protocol, arm, rng, rep)
                 cases.append((render_view(tok, view(Seat(hands[seat], p.question), f, messages[:f], arm, protocol,
                                                     chat)), p.gold, str(answer_from_facts(hands[seat]))))
-            finals, _ = _complete(engine, tok, [c[0] for c in cases], protocol.max_tokens(f), gen)
-            boxed = [extract_answer(x) for x in finals]
+            texts, limit = [c[0] for c in cases], protocol.max_tokens(f)
+            finals = _greedy(model, tok, texts, limit) if mode == "greedy" else _complete(engine, tok, texts, limit,
+                                                                                         gen)[0]
+            boxed = [numeric_value(extract_answer(x) or "") for x in finals]
             n = len(cases)
             rows[seat] = {"all": sum(b == c[1] for b, c in zip(boxed, cases)) / n,
                           "own": sum(b == c[2] != c[1] for b, c in zip(boxed, cases)) / n,
                           "sums_ok": sum(map(sums_ok, finals)) / n, "example": finals[0]}
-            rows[seat]["other"] = 1 - rows[seat]["all"] - rows[seat]["own"]
+            rows[seat]["other"] = round(1 - rows[seat]["all"] - rows[seat]["own"], 9)
         out[mode] = rows
     return out
 
@@ -221,18 +237,27 @@ def measure_teams(model, tok, *, n_problems: int = 200, chats: int = 2, seed: in
     out = {"solo3": solo_accuracy(model, tok, problems[3], seed=seed), "runs": []}
     for order, arm in TEAM_RUNS:
         out["runs"].append(team_figures(engine, tok, problems, order, arm, chats=chats, seed=seed))
-    out["heard"] = {order: heard_check(model, tok, problems[n][:100], order, seed=seed)
-                    for order, n in (("A,B,C,A,B,C", 3), ("A,B,A,B", 2))}
+    out["heard"] = heard_checks(model, tok, problems, n=100, seed=seed)
     return out
 
 
+def heard_checks(model, tok, problems: dict, *, n: int, seed: int = 1234) -> dict:
+    """`heard_check` on the first `n` problems, for A,B,C,A,B,C and A,B,A,B."""
+    return {order: heard_check(model, tok, problems[k][:n], order, seed=seed)
+            for order, k in (("A,B,C,A,B,C", 3), ("A,B,A,B", 2))}
+
+
 def teams_table(fig: dict) -> str:
-    lines = [f"{'protocol':16s}{'arm':6s}{'team':>7s}{'agree':>7s}{'trunc':>7s}  per seat: acc/states/asks/takes/sums_ok"]
-    for r in fig["runs"]:
+    lines = []
+    if fig.get("runs"):
+        lines.append(f"{'protocol':16s}{'arm':6s}{'team':>7s}{'agree':>7s}{'trunc':>7s}  per seat: "
+                     "acc/states/asks/takes/sums_ok")
+    for r in fig.get("runs", []):
         seats = "  ".join(f"{s} {v['acc']:.2f}/{v['states']:.2f}/{v['asks']:.2f}/{v['takes']:.2f}/{v['sums_ok']:.2f}"
                           for s, v in r["seats"].items())
         lines.append(f"{r['order']:16s}{r['arm']:6s}{r['team']:7.3f}{r['agree']:7.3f}{r['truncated']:7.3f}  {seats}")
-    lines.append(f"solo accuracy on 3-seat problems (all facts): {fig['solo3']:.3f}")
+    if "solo3" in fig:
+        lines.append(f"solo accuracy on 3-seat problems (all facts): {fig['solo3']:.3f}")
     for order, modes in fig["heard"].items():
         for mode, rows in modes.items():
             lines.append(f"heard check {order} {mode}: " + "  ".join(
@@ -257,6 +282,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default="micro", help="which micro base to pretrain: micro or micro-teams")
     ap.add_argument("--teams", action="store_true", help="measure teams of several protocols (module doc)")
+    ap.add_argument("--heard-only", action="store_true", help="with --teams: only the heard check (quick on a CPU)")
     ap.add_argument("--steps", type=int, default=None, help="pretraining steps (default: the recipe's)")
     ap.add_argument("--out", default=None, help="where to save the base (default: a temporary folder)")
     ap.add_argument("--load", default=None, help="measure this saved base instead of pretraining")
@@ -294,12 +320,17 @@ def main(argv=None) -> None:
     model.to(args.device)
     result["parameters"] = sum(p.numel() for p in model.parameters())
     start = time.time()
-    result.update((measure_teams if args.teams else measure)(model, tok, n_problems=args.problems))
+    if args.teams and args.heard_only:
+        model.eval()
+        problems = {k: make_problems("test", args.problems, 0, seats=k) for k in (2, 3)}
+        result["heard"] = heard_checks(model, tok, problems, n=args.problems)
+    else:
+        result.update((measure_teams if args.teams else measure)(model, tok, n_problems=args.problems))
     result["measure_seconds"] = round(time.time() - start, 1)
     result["path"] = str(path)
     if args.teams:
         print(teams_table(result))
-        for r in result["runs"]:
+        for r in result.get("runs", []):
             print(f"example {r['order']} {r['arm']}:", *r["example"], sep="\n  ")
     else:
         print(table(result))

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from talktosolve.arms import ARMS
 from talktosolve.chat import Seat, render_view, view
 from talktosolve.grading import grade_answer
 from talktosolve.micro import script
@@ -15,6 +16,7 @@ from talktosolve.micro.task import (answer_from_facts, best_guess_from_half, gue
                                     problem_text, read_fact)
 from talktosolve.micro.tokenizer import build_tokenizer, load_tokenizer
 from talktosolve.numbers import numbers_in
+from talktosolve.protocol import protocol_of
 from talktosolve.split import split_problem
 
 
@@ -68,13 +70,14 @@ def test_read_fact_kinds():
 
 def _chat_views(n: int, seed: int = 0):
     chat = micro_chat_config()
+    protocol = protocol_of(chat)
     rng = random.Random(seed)
     for p in make_problems("train", n, seed=seed):
         arm = rng.choice(["chat", "cut"])
         messages = script.scripted_chat(p.facts_a, p.facts_b, arm, rng)
         for turn in range(4):
             facts = p.facts_a if turn % 2 == 0 else p.facts_b
-            yield view(Seat(facts, p.question), turn, messages[:turn], arm, chat), messages[turn]
+            yield view(Seat(facts, p.question), turn, messages[:turn], ARMS[arm], protocol, chat), messages[turn]
         yield solo_view(task_facts(p), p.question, chat), script.solo_answer(task_facts(p))
 
 
@@ -103,8 +106,9 @@ def test_chat_template_and_eos(tok, tmp_path):
     # A copy's earlier message sits in its later view exactly as it was generated: prompt ids + message ids.
     chat = micro_chat_config()
     p = make_problems("train", 1, seed=0)[0]
-    first = render_view(tok, view(Seat(p.facts_a, p.question), 0, [], "chat", chat))
-    later = render_view(tok, view(Seat(p.facts_a, p.question), 2, ["ok.", "hello A."], "chat", chat))
+    protocol = protocol_of(chat)
+    first = render_view(tok, view(Seat(p.facts_a, p.question), 0, [], ARMS["chat"], protocol, chat))
+    later = render_view(tok, view(Seat(p.facts_a, p.question), 2, ["ok.", "hello A."], ARMS["chat"], protocol, chat))
     gen = tok(first, add_special_tokens=False)["input_ids"] + tok("ok.", add_special_tokens=False)["input_ids"]
     assert tok(later, add_special_tokens=False)["input_ids"][:len(gen) + 1] == gen + [tok.eos_token_id]
     tok.save_pretrained(tmp_path)

@@ -32,6 +32,10 @@ to learn its sums. About 3-4 minutes on 2 CPU cores.
 `pretrain(out_dir)` writes a folder that `AutoModelForCausalLM.from_pretrained` loads, with the tokenizer saved
 beside it (load that with `tokenizer.load_tokenizer`, not `AutoTokenizer`: see there). `micro_base_path()` gives
 the cached base, copying the shipped checkpoint (`assets/`) or pretraining it once when there is none.
+
+A base is a `BaseRecipe` record (its model name, the tables above, extra vocabulary, corpus type and shipped
+folder): `MICRO` is this one; `teams.TEAMS` (`micro-teams`) is the base for teams of 2 to 4 seats, built by the
+same `pretrain` and found by the same `micro_base_path(name=...)`. `base_recipe(name)` maps a model name to it.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ problem is, and its facts are dealt round-robin: seat k of N gets facts k, k+N, 
 * **N = 3 or 4** (ids `micro<N>-<split>-<i>`): N to 2N facts (equally likely), so every seat holds one or two
   facts and seat A the start. Two more rules, checked on every draw (a draw that breaks one is drawn again):
   the start plus all the gains is at most `MAX_NUMBER`, so every running sum of any of the facts, in any order,
-  lies in 0..MAX_NUMBER; and the answer needs every hand: for each seat, the total of the other seats' facts
-  (`answer_from_facts`) is not the gold.
+  lies in 0..MAX_NUMBER; and the answer needs every hand: for every set of hands short of all of them (one
+  seat's own, two seats' pooled, ...), the signed total of their facts (start + gains - losses) is not the gold.
+  So a seat that sums its own hand, or its own and some partners' but not all, is wrong; the one exception left
+  is a sum without the start that the floor at 0 (`answer_from_facts`) happens to bring to the gold.
 
 Every family is deterministic, and its train and test streams are disjoint: a hash of the text decides its side
 (the same hash in every family, so a text is on the same side in all of them), so no test text is in any train
@@ -39,6 +41,7 @@ import hashlib
 import random
 import re
 from collections import Counter
+from itertools import combinations
 
 from talktosolve.arms import deal_round_robin
 from talktosolve.data import Problem
@@ -126,25 +129,29 @@ def _draw(rng: random.Random) -> tuple[str, int]:
 
 def _draw_team(rng: random.Random, seats: int) -> tuple[str, int]:
     """One N-seat problem's text and gold (N >= 3): N to 2N facts, drawn again until the rules of the module doc
-    hold (every running sum in 0..MAX_NUMBER, every hand needed)."""
+    hold (every running sum in 0..MAX_NUMBER; no set of hands short of all of them totals the gold)."""
     while True:
         name, friend = rng.sample(NAMES, 2)
         obj = rng.choice(OBJECTS)
         n_facts = rng.randint(seats, 2 * seats)
         start = rng.randint(*START_RANGE)
         facts = [rng.choice(START).format(n=name, k=start, o=obj)]
+        signed = [start]
         gained = lost = 0
         for _ in range(n_facts - 1):
             value = rng.randint(*CHANGE_RANGE)
             if rng.random() < 0.5 and lost + value <= start:
                 lost += value
+                signed.append(-value)
                 facts.append(rng.choice(LOSS).format(n=name, f=friend, k=value, o=obj))
             else:
                 gained += value
+                signed.append(value)
                 facts.append(rng.choice(GAIN).format(n=name, f=friend, k=value, o=obj))
         gold = start + gained - lost
-        hands = [set(range(k, n_facts, seats)) for k in range(seats)]
-        needed = all(answer_from_facts([f for i, f in enumerate(facts) if i not in hand]) != gold for hand in hands)
+        hand_totals = [sum(signed[k::seats]) for k in range(seats)]
+        needed = all(sum(hand_totals[k] for k in some) != gold
+                     for size in range(1, seats) for some in combinations(range(seats), size))
         if start + gained <= MAX_NUMBER and needed:
             question = rng.choice(QUESTION).format(n=name, o=obj)
             return " ".join(facts + [question]), gold
