@@ -2,7 +2,7 @@
 
 Both copies are the same model, so one adapter serves A and B. Loading is strict about safety: weights and
 adapters are read as safetensors only, and `trust_remote_code` stays off unless the config turns it on.
-A model name `micro` means the project's own micro base (`talktosolve.micro.base`).
+A model name `micro` or `micro-teams` means one of the project's own micro bases (`talktosolve.micro.base`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def model_path(cfg: ModelConfig) -> str:
-    if cfg.name_or_path == "micro":
+    if cfg.name_or_path in ("micro", "micro-teams"):
         from talktosolve.micro.base import micro_base_path
 
-        return str(micro_base_path())
+        return str(micro_base_path(name=cfg.name_or_path))
     return cfg.name_or_path
 
 

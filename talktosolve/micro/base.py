@@ -32,6 +32,10 @@ to learn its sums. About 3-4 minutes on 2 CPU cores.
 `pretrain(out_dir)` writes a folder that `AutoModelForCausalLM.from_pretrained` loads, with the tokenizer saved
 beside it (load that with `tokenizer.load_tokenizer`, not `AutoTokenizer`: see there). `micro_base_path()` gives
 the cached base, copying the shipped checkpoint (`assets/`) or pretraining it once when there is none.
+
+A base is a `BaseRecipe` record (its model name, the tables above, extra vocabulary, corpus type and shipped
+folder): `MICRO` is this one; `teams.TEAMS` (`micro-teams`) is the base for teams of 2 to 4 seats, built by the
+same `pretrain` and found by the same `micro_base_path(name=...)`. `base_recipe(name)` maps a model name to it.
 """
 
 from __future__ import annotations
@@ -69,14 +73,41 @@ VERSION = 1
 ASSETS = Path(__file__).parent / "assets"
 
 
+@dataclasses.dataclass(frozen=True)
+class BaseRecipe:
+    """Everything that makes one micro base, and where its copies live."""
+
+    name: str
+    """The model name a config gives (`model.name_or_path`); the cache folder is `<name>-base-<key>`."""
+    model: dict
+    corpus: dict
+    train: dict
+    version: int
+    words: tuple[str, ...]
+    """Texts whose words join the micro vocabulary (`tokenizer.vocabulary(extra=words)`)."""
+    corpus_type: type
+    """Built as `corpus_type(tokenizer, seed)`: `Corpus` or a subclass with its own `texts`."""
+    assets: Path
+    """The shipped checkpoint's folder."""
+
+    def tokenizer(self):
+        return build_tokenizer(self.words)
+
+    def key(self) -> str:
+        """A hash of everything that makes the base: model, corpus, training, vocabulary, prompts, version."""
+        blob = json.dumps({"model": self.model, "corpus": self.corpus, "train": self.train,
+                           "vocab": vocabulary(self.words), "prompts": prompts.MICRO_PROMPTS,
+                           "version": self.version}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 def recipe_key() -> str:
-    """A hash of everything that makes the base: model, corpus, training, vocabulary, prompts, version."""
-    blob = json.dumps({"model": MODEL, "corpus": CORPUS, "train": TRAIN, "vocab": vocabulary(),
-                       "prompts": prompts.MICRO_PROMPTS, "version": VERSION}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    """The two-seat micro base's key (`BaseRecipe.key` of `MICRO`)."""
+    return MICRO.key()
 
 
 def model_config(tokenizer, **overrides):
+    """The Qwen2 config of a micro base: `MODEL`, with `overrides` (another recipe's model table) on top."""
     from transformers import Qwen2Config
 
     return Qwen2Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
@@ -98,15 +129,22 @@ def solo_view(facts: list[str], question: str, chat=None) -> list[dict]:
 class Corpus:
     """Batches of (ids, loss mask) drawn from a seeded generator: the same batches for the same seed."""
 
+    stream = "micro-corpus"
+    """The name of the corpus's random stream (a subclass names its own)."""
+
     def __init__(self, tokenizer, seed: int = 0):
         self.tok = tokenizer
-        self.rng = random.Random(f"micro-corpus/{seed}")
+        self.rng = random.Random(f"{self.stream}/{seed}")
+        self.assistant = tokenizer.convert_tokens_to_ids(ASSISTANT)
+        self.end = tokenizer.convert_tokens_to_ids(END)
+        self.setup()
+
+    def setup(self) -> None:
+        """What `texts` draws from (a subclass sets up its own)."""
         self.problems = task.make_problems("train", CORPUS["n_problems"], CORPUS["problem_seed"])
         self.chat = micro_chat_config()
         self.protocol = protocol_of(self.chat)
         self.rep = script.Repertoire(**CORPUS["repertoire"])
-        self.assistant = tokenizer.convert_tokens_to_ids(ASSISTANT)
-        self.end = tokenizer.convert_tokens_to_ids(END)
 
     def texts(self, n: int) -> list[str]:
         """`n` training texts (each a view plus the message written after it)."""
@@ -161,10 +199,23 @@ def task_facts(problem) -> list[str]:
     return list(problem.facts)
 
 
+MICRO = BaseRecipe("micro", MODEL, CORPUS, TRAIN, VERSION, (), Corpus, ASSETS)
+"""The two-seat micro base, the `micro` model."""
+
+
+def base_recipe(name: str) -> BaseRecipe:
+    """The recipe of the base a config names: `micro` or `micro-teams`."""
+    from talktosolve.micro.teams import TEAMS  # the teams base builds on this module
+
+    recipes = {MICRO.name: MICRO, TEAMS.name: TEAMS}
+    if name not in recipes:
+        raise ValueError(f"no micro base `{name}`; micro bases are {', '.join(recipes)}")
+    return recipes[name]
+
+
 # ---- pretraining -------------------------------------------------------------------------------------------------
 
-def _lr(step: int) -> float:
-    t = TRAIN
+def _lr(step: int, t: dict) -> float:
     if step < t["warmup"]:
         return t["lr"] * (step + 1) / t["warmup"]
     frac = (step - t["warmup"]) / max(1, t["steps"] - t["warmup"])
@@ -172,55 +223,58 @@ def _lr(step: int) -> float:
 
 
 def pretrain(out_dir, *, seed: int = 0, steps: int | None = None, progress: bool = True, threads: int = 2,
-             model_overrides: dict | None = None, device: str = "cpu") -> Path:
-    """Pretrain the micro base from scratch on the scripted corpus and save it (model + tokenizer) to `out_dir`.
+             model_overrides: dict | None = None, device: str = "cpu", recipe: BaseRecipe | None = None) -> Path:
+    """Pretrain a micro base (`recipe`, default `MICRO`) from scratch on its scripted corpus and save it (model +
+    tokenizer) to `out_dir`.
 
-    Deterministic for a given seed and thread count. `steps` shortens the schedule (tests);
+    Deterministic for a given seed, device and thread count. `steps` shortens the schedule (tests);
     `model_overrides` changes the model's shape (tests build a tinier one).
     """
     from transformers import Qwen2ForCausalLM
 
+    recipe = recipe or MICRO
+    t = recipe.train
     out_dir = Path(out_dir)
-    steps = TRAIN["steps"] if steps is None else steps
+    steps = t["steps"] if steps is None else steps
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     try:
-        tok = build_tokenizer()
-        config = model_config(tok, **(model_overrides or {}))
+        tok = recipe.tokenizer()
+        config = model_config(tok, **{**recipe.model, **(model_overrides or {})})
         model = Qwen2ForCausalLM(config).to(device)
-        if TRAIN["number_init"]:
-            _init_numbers(model, tok, TRAIN["number_init"])
+        if t["number_init"]:
+            _init_numbers(model, tok, t["number_init"])
         model.train()
         result_ids = torch.tensor(tok.convert_tokens_to_ids(["=", BOXED]), device=device)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         rest = [p for n, p in model.named_parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN["weight_decay"]},
-                                 {"params": rest, "weight_decay": 0.0}], lr=TRAIN["lr"], betas=(0.9, 0.95))
-        corpus = Corpus(tok, seed)
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": t["weight_decay"]},
+                                 {"params": rest, "weight_decay": 0.0}], lr=t["lr"], betas=(0.9, 0.95))
+        corpus = recipe.corpus_type(tok, seed)
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=steps, desc="pretraining the micro base", unit="step")
+            bar = tqdm(total=steps, desc=f"pretraining the {recipe.name} base", unit="step")
         start = time.time()
         ema = None
-        batches = corpus.batches(TRAIN["batch"])
+        batches = corpus.batches(t["batch"])
         for step in range(steps):
-            ids, mask = (t.to(device) for t in next(batches))
+            ids, mask = (x.to(device) for x in next(batches))
             for group in opt.param_groups:
-                group["lr"] = _lr(step * TRAIN["steps"] // max(steps, 1))
+                group["lr"] = _lr(step * t["steps"] // max(steps, 1), t)
             logits = model(input_ids=ids).logits[:, :-1]  # [B, L-1, V]
             target = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
             per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
                                                           ignore_index=-100, reduction="none").view_as(target)
             weight = mask[:, 1:].float()
-            if TRAIN["result_weight"] != 1.0:  # a sum's result: the token after `=` or `\boxed{`
-                weight = weight * torch.where(torch.isin(ids[:, :-1], result_ids), TRAIN["result_weight"], 1.0)
+            if t["result_weight"] != 1.0:  # a sum's result: the token after `=` or `\boxed{`
+                weight = weight * torch.where(torch.isin(ids[:, :-1], result_ids), t["result_weight"], 1.0)
             loss = (per_token * weight).sum() / weight.sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["grad_clip"])
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
             opt.step()
             ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
             if bar is not None:
@@ -233,9 +287,10 @@ def pretrain(out_dir, *, seed: int = 0, steps: int | None = None, progress: bool
         out_dir.mkdir(parents=True, exist_ok=True)
         model.to("cpu").save_pretrained(out_dir, safe_serialization=True)
         tok.save_pretrained(out_dir)
-        meta = {"recipe_key": recipe_key(), "seed": seed, "steps": steps, "threads": threads,
+        meta = {"recipe_key": recipe.key(), "seed": seed, "steps": steps, "threads": threads,
                 "seconds": round(time.time() - start, 1), "final_loss": ema,
-                "parameters": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
+                "parameters": sum(p.numel() for p in model.parameters()), "torch": torch.__version__,
+                "device": str(device)}
         (out_dir / "micro.json").write_text(json.dumps(meta, indent=2))
         return out_dir
     finally:
@@ -269,27 +324,30 @@ def _is_complete(folder: Path, key: str) -> bool:
     return meta.get("recipe_key") == key and (folder / "model.safetensors").exists()
 
 
-def micro_base_path(*, rebuild: bool = False, progress: bool = True) -> Path:
-    """The micro base model's folder: cached, else copied from the shipped checkpoint, else pretrained once.
+def micro_base_path(*, rebuild: bool = False, progress: bool = True, name: str = "micro") -> Path:
+    """The folder of the micro base `name` (`micro`, `micro-teams`): cached, else copied from the shipped
+    checkpoint, else pretrained once.
 
-    The cache is `$TALKTOSOLVE_CACHE` (default `~/.cache/talktosolve`)`/micro-base-<recipe_key()>`; `rebuild`
-    pretrains it again from scratch (a few minutes on 2 CPU cores) instead of using the cache or the shipped copy.
+    The cache is `$TALKTOSOLVE_CACHE` (default `~/.cache/talktosolve`)`/<name>-base-<key>`; `rebuild` pretrains
+    it again from scratch (the `micro` base: a few minutes on 2 CPU cores) instead of using the cache or the
+    shipped copy.
     """
-    key = recipe_key()
-    target = cache_root() / f"micro-base-{key}"
+    recipe = base_recipe(name)
+    key = recipe.key()
+    target = cache_root() / f"{name}-base-{key}"
     if rebuild and target.exists():
         shutil.rmtree(target)
     if _is_complete(target, key):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".micro-base-{key}.", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-base-{key}.", dir=target.parent))
     try:
-        if not rebuild and _is_complete(ASSETS, key):
-            for f in ASSETS.iterdir():
+        if not rebuild and _is_complete(recipe.assets, key):
+            for f in recipe.assets.iterdir():
                 if f.is_file():
                     shutil.copy2(f, tmp / f.name)
         else:
-            pretrain(tmp, progress=progress)
+            pretrain(tmp, progress=progress, recipe=recipe)
         try:
             os.replace(tmp, target)  # another process may have finished first: keep its folder
         except OSError:
@@ -300,11 +358,12 @@ def micro_base_path(*, rebuild: bool = False, progress: bool = True) -> Path:
     return target
 
 
-def load_micro_base(path=None, *, dtype=torch.float32):
-    """(model, tokenizer) of the micro base: the model through `AutoModelForCausalLM` like any Hugging Face model,
-    the tokenizer through `tokenizer.load_tokenizer` (see there why not `AutoTokenizer`)."""
+def load_micro_base(path=None, *, dtype=torch.float32, name: str = "micro"):
+    """(model, tokenizer) of a micro base (the folder `path`, else the base `name`): the model through
+    `AutoModelForCausalLM` like any Hugging Face model, the tokenizer through `tokenizer.load_tokenizer` (see there
+    why not `AutoTokenizer`)."""
     from transformers import AutoModelForCausalLM
 
-    path = Path(path) if path else micro_base_path()
+    path = Path(path) if path else micro_base_path(name=name)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model, load_tokenizer(path)

@@ -38,27 +38,30 @@ def _pre_tokenizer():
     return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation("isolated")])
 
 
-def _source_texts() -> list[str]:
-    """Every text whose words must be in the vocabulary (placeholders removed)."""
+def _source_texts(extra=()) -> list[str]:
+    """Every text whose words must be in the vocabulary (placeholders removed), `extra` texts included."""
     texts = [*task.START, *task.GAIN, *task.LOSS, *task.QUESTION, *script.script_texts(), NO_MESSAGE,
-             " ".join(task.NAMES), " ".join(task.OBJECTS), "A B", *map(str, prompts.MICRO_PROMPTS.values())]
+             " ".join(task.NAMES), " ".join(task.OBJECTS), "A B", *map(str, prompts.MICRO_PROMPTS.values()),
+             *extra]
     return [re.sub(r"\{\w*\}", " ", t.replace("{{}}", "{}").replace(BOXED, " ")) for t in texts]
 
 
-def vocabulary() -> list[str]:
-    """The tokens, in id order: specials, `\\boxed{`, the integers, then the words and marks (sorted)."""
+def vocabulary(extra=()) -> list[str]:
+    """The tokens, in id order: specials, `\\boxed{`, the integers, then the words and marks (sorted); the words
+    of the `extra` texts join the micro world's own (a base for a larger world names its extra words there)."""
     split = _pre_tokenizer()
     words = set()
-    for text in _source_texts():
+    for text in _source_texts(extra):
         words.update(piece for piece, _ in split.pre_tokenize_str(text))
     numbers = [str(i) for i in range(task.MAX_NUMBER + 1)]
     words -= set(numbers)
     return [*SPECIALS, BOXED, *numbers, *sorted(words)]
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """The micro tokenizer (deterministic: the same vocabulary and ids every time)."""
-    vocab = {tok: i for i, tok in enumerate(vocabulary())}
+def build_tokenizer(extra=()) -> PreTrainedTokenizerFast:
+    """The micro tokenizer (deterministic: the same vocabulary and ids every time), with the words of the `extra`
+    texts added (`vocabulary`)."""
+    vocab = {tok: i for i, tok in enumerate(vocabulary(extra))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.pre_tokenizer = _pre_tokenizer()
     core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
