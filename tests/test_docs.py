@@ -1,39 +1,43 @@
 """Docs that cannot drift: README.md and docs/*.md, checked against the code and the committed JSON.
 
-What is checked, page by page (the pages are README.md and every docs/*.md):
+What is checked, on every page (README.md and docs/*.md):
 
-1. Commands. Every shell command shown, in a ```bash block or as an inline code span, that runs `talktosolve`,
-   `python -m talktosolve[.cli]` (also after `torchrun ...`) or `python bench/NAME.py`, parses: its argv goes
-   through the real parser in this process (`talktosolve.cli.build_parser`; a bench script's own `main`, stopped
-   right after its `parse_args`), and a command that takes `--preset`/`--set` also builds its config
-   (`make_config`), so a renamed option, subcommand, preset or config key fails here. `--help` counts as parsed.
-   Shorthand: `chat|cut` shows alternatives (each is parsed; `\\|` inside a table), `EVAL...` a repeatable
-   value, and an ALL-CAPS word (`DIR`, `N`) or `$VAR` a placeholder (parsed as `1`).
-2. Links. Every relative link `[text](path)` or `[text](path#anchor)` (images too) names a file of the
-   repository, and its anchor, if any, one of that page's headings (GitHub's slugs).
-3. Figures. A figure quoted from a JSON under `bench/results/` carries a marker, an HTML comment written right
-   after it (invisible when the page is rendered):
+1. Commands. Every shell command shown that runs `talktosolve`, `python -m talktosolve[.cli]` (also after
+   `torchrun ...`) or `python bench/NAME.py` parses: its argv goes through the real parser in this process
+   (`talktosolve.cli.build_parser`; a bench script's own `main`, stopped right after its `parse_args`), and a
+   command that takes `--preset`/`--set` also builds its config (`make_config`), so a renamed subcommand,
+   option, preset or config key fails here. `--help` counts as parsed. A line of a ```bash block is a whole
+   command; an inline code span may be a fragment (`talktosolve data --strict`), so its required options may be
+   left out. Shorthand: `chat|cut` shows alternatives (each is parsed; `\\|` inside a table), `EVAL...` a
+   repeatable value, an ALL-CAPS word (`DIR`, `N`) or `$VAR` a placeholder (parsed as `1`).
+2. Links. Every relative link `[text](path)` or `[text](path#anchor)` (images too; not inside HTML comments)
+   names a file of the repository, and its anchor, if any, one of that page's headings (GitHub's slugs).
+3. Figures. A figure quoted from a committed JSON (the runs under `bench/results/`, or a preset) carries a
+   marker, an HTML comment written right after it, invisible when the page is rendered:
 
-       the command took 443.7 s<!-- = recipe_command_seconds --> on 2 CPU cores
        <!-- source: bench/results/micro_recipe-2cpu-2026-12-01.json -->
+       the command took 443.7 s<!-- = recipe_command_seconds --> on 2 CPU cores
 
-   `<!-- source: FILE -->` on a line of its own names the JSON for the markers after it in the page (until the
-   next `source`); `<!-- FILE = EXPR -->` names another file for one marker (FILE as `bench/results/NAME.json`
-   or just `NAME.json`). EXPR is a Python expression over the JSON: its top-level keys are names, objects allow
-   dotted access (`learn.tokens_per_s`), lists indexing (`decode[4].ms_per_step`); `data` is the whole file,
-   and at hand are `row(LIST, key=value, ...)` (the one element that matches), `load(NAME.json)` (another
-   file, for a figure drawn from two runs), `kernels(TABLE)` and `cuda_total_us(TABLE)` (a torch.profiler
-   table as the profile scripts store it), `median`, `sum`, `min`, `max`, `len`, `round`, `abs`, `sorted`. The marker checks the last number written before it on its line
-   (after the previous marker): the doc's number must be the value rounded to the decimals the doc shows
-   (`1,234` reads as 1234; a sign counts, a `%` does not: write `100 * share`). An EXPR that gives a tuple checks
-   that many numbers, in order (`4.38-4.81 s<!-- = min(xs), max(xs) -->`).
+   `<!-- source: FILE -->` names the JSON for the markers after it on the page (until the next `source`);
+   `<!-- FILE = EXPR -->` names another file for one marker. FILE is a path from the repository's root, or a
+   bare `NAME.json` of `bench/results/`. EXPR is a Python expression over the JSON: its top-level keys are
+   names, objects allow dotted access (`learn.tokens_per_s`), lists indexing (`decode[4].ms_per_step`); `data`
+   is the whole file, and at hand are `row(LIST, key=value, ...)` (the one element that matches),
+   `load(NAME.json)` (another file, for a figure drawn from two runs), `kernels(TABLE)` and
+   `cuda_total_us(TABLE)` (a torch.profiler table as the profile scripts store it), `median`, `sum`, `min`,
+   `max`, `len`, `round`, `abs`, `sorted`. The marker checks the last number written before it on its line
+   (after the previous marker): the page's number must be the value rounded to the decimals the page shows
+   (`1,234` reads as 1234; a sign counts, a `%` does not: write `100 * share`). An EXPR that gives a tuple
+   checks that many numbers, in order (`4.38-4.81 s<!-- = min(xs), max(xs) -->`).
 4. Quotes. A fenced block right after `<!-- quote: MODULE.py -->` must appear verbatim in that module's
-   docstring (design.md quotes the learner's objective from `talktosolve/grpo.py`).
+   docstring (design.md quotes the learner's, `talktosolve/grpo.py`).
 5. Python. Every ```python block compiles, its imports work and the attributes it reads from imported modules
    exist; a block right after `<!-- test: run -->` is also executed (in a temporary folder).
 6. `docs/results.md` names every field of `talktosolve/results.schema.json`.
+7. A recipe's terminal summary quoted on several pages (a ```text block that starts `talktosolve: preset`) is
+   the same on each.
 
-`test_counts` prints how many commands, links, figures, quotes and Python blocks were checked.
+`test_counts` prints how many commands, links, figures, quotes and Python blocks were checked (`pytest -s`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ import json
 import re
 import shlex
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +68,9 @@ class Line:
     page: Path
     number: int
     text: str
+    """The line as written (figure markers are read from it)."""
+    plain: str
+    """The same without HTML comments (links and commands are read from it)."""
 
     @property
     def where(self) -> str:
@@ -93,8 +99,15 @@ def split_page(page: Path) -> tuple[list[Line], list[Block]]:
     lines = page.read_text(encoding="utf-8").splitlines()
     fence, start, lang, body = None, 0, "", []
     last = ""
+    in_comment = False
     for i, text in enumerate(lines, 1):
         stripped = text.strip()
+        if fence is None and (in_comment or "<!--" in text):
+            plain, in_comment = _uncomment(text, in_comment)
+            prose.append(Line(page, i, text, plain))
+            if stripped and not in_comment:
+                last = text
+            continue
         if fence is None:
             m = re.match(r"^(```+|~~~+)\s*([\w+-]*)", stripped)
             if m:
@@ -102,7 +115,7 @@ def split_page(page: Path) -> tuple[list[Line], list[Block]]:
                 comment = re.fullmatch(r"<!--\s*(.*?)\s*-->", last.strip())
                 blocks.append(Block(page, i, lang, "", comment.group(1) if comment else None))
                 continue
-            prose.append(Line(page, i, text))
+            prose.append(Line(page, i, text, text))
             if stripped:
                 last = text
         elif stripped.startswith(fence):
@@ -112,6 +125,25 @@ def split_page(page: Path) -> tuple[list[Line], list[Block]]:
             body.append(text)
     assert fence is None, f"{page}: a code block opened at line {start} is never closed"
     return prose, blocks
+
+
+def _uncomment(text: str, in_comment: bool) -> tuple[str, bool]:
+    """`text` without its HTML comments, and whether a comment is still open at its end."""
+    out = []
+    while text:
+        if in_comment:
+            end = text.find("-->")
+            if end < 0:
+                return "".join(out), True
+            text, in_comment = text[end + 3:], False
+        else:
+            start = text.find("<!--")
+            if start < 0:
+                out.append(text)
+                break
+            out.append(text[:start])
+            text, in_comment = text[start + 4:], True
+    return "".join(out), in_comment
 
 
 def without_code(text: str) -> str:
@@ -124,8 +156,10 @@ CLI_HEADS = (("talktosolve",), ("python", "-m", "talktosolve"), ("python", "-m",
              ("python3", "-m", "talktosolve"), ("python3", "-m", "talktosolve.cli"))
 
 
-def shell_commands(page: Path) -> list[tuple[str, str]]:
-    """(where, command) for every command of interest on the page: in bash blocks and in inline code spans."""
+def shell_commands(page: Path) -> list[tuple[str, str, bool]]:
+    """(where, command, fragment) for every command of interest on the page. A line of a bash block is a whole
+    command; an inline code span may be a fragment that names a subcommand or an option (`talktosolve data
+    --strict`), so its required options may be left out."""
     prose, blocks = split_page(page)
     found = []
     for b in blocks:
@@ -136,12 +170,12 @@ def shell_commands(page: Path) -> list[tuple[str, str]]:
             line = re.sub(r"^\s*\$ ", "", line)
             for segment in _segments(shlex.split(line, comments=True)):
                 if _kind(segment):
-                    found.append((f"{b.where}+{k + 1}", shlex.join(segment)))
+                    found.append((f"{b.where}+{k + 1}", shlex.join(segment), False))
     for line in prose:
-        for span in re.findall(r"`([^`]+)`", line.text):
+        for span in re.findall(r"`([^`]+)`", line.plain):
             span = span.replace("\\|", "|")
             if re.match(r"(talktosolve|python3? -m talktosolve(\.cli)?|python3? bench/\S+\.py)( |$)", span):
-                found.append((line.where, span))
+                found.append((line.where, span, True))
     return found
 
 
@@ -187,37 +221,53 @@ def _argv(tokens: list[str]) -> list[str]:
     return tokens[2:]
 
 
-def _expand(argv: list[str]) -> list[list[str]]:
-    """Alternatives (`a|b`), repeatable values (`X...`) and placeholders (`DIR`, `$HOST`), written out."""
-    options = [[]]
-    for tok in argv:
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*|\$\{?\w+\}?(:\w+)?")
+
+
+def _expand(argv: list[str]) -> list[tuple[list[str], set[int]]]:
+    """Alternatives (`a|b`), repeatable values (`X...`) and placeholders (`DIR`, `$HOST`) written out: each
+    argv to parse, with the positions that held a placeholder (now `1`, which parses as a number or a path)."""
+    options: list[tuple[list[str], set[int]]] = [([], set())]
+    for i, tok in enumerate(argv):
         tok = tok[:-3] if tok.endswith("...") and len(tok) > 3 else tok
         choices = tok.split("|") if "|" in tok and not tok.startswith("-") else [tok]
-        choices = ["1" if re.fullmatch(r"[A-Z][A-Z0-9_]*|\$\{?\w+\}?(:\w+)?", c) else c for c in choices]
-        options = [o + [c] for o in options for c in choices]
+        options = [(o + ["1" if PLACEHOLDER.fullmatch(c) else c], held | ({i} if PLACEHOLDER.fullmatch(c) else set()))
+                   for o, held in options for c in choices]
     return options
 
 
+def _relax(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The parser with no option required (a fragment names a subcommand or an option, not a whole command)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _relax(sub)
+        elif action.option_strings:
+            action.required = False
+    return parser
+
+
 class _Parsed(Exception):
-    def __init__(self, namespace):
-        self.namespace = namespace
+    pass
 
 
-def check_cli(argv: list[str]) -> None:
+def check_cli(argv: list[str], fragment: bool = False, placeholders: frozenset = frozenset()) -> None:
     from talktosolve.cli import build_parser
     from talktosolve.config import make_config, parse_overrides
 
+    parser = _relax(build_parser()) if fragment else build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as e:
         if e.code == 0:  # --help
             return
         raise AssertionError(f"talktosolve {shlex.join(argv)}: the CLI's parser refused it") from None
-    if hasattr(args, "preset"):
+    preset_named = "--preset" in argv and argv.index("--preset") + 1 in placeholders
+    if hasattr(args, "preset") and not preset_named:
         make_config(args.preset, parse_overrides(args.set or []))
 
 
-def check_bench(argv: list[str], monkeypatch) -> None:
+def check_bench(argv: list[str], monkeypatch, fragment: bool = False) -> None:
     import runpy
 
     script = ROOT / argv[0]
@@ -227,7 +277,8 @@ def check_bench(argv: list[str], monkeypatch) -> None:
     parse = argparse.ArgumentParser.parse_args
 
     def parse_and_stop(self, args=None, namespace=None):
-        raise _Parsed(parse(self, argv[1:], namespace))
+        parse(_relax(self) if fragment else self, argv[1:], namespace)
+        raise _Parsed
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
     try:
@@ -241,18 +292,17 @@ def check_bench(argv: list[str], monkeypatch) -> None:
     raise AssertionError(f"{argv[0]}: main() returned without parsing its arguments")
 
 
-COMMANDS = [(where, cmd) for page in pages() for where, cmd in shell_commands(page)]
+COMMANDS = [cmd for page in pages() for cmd in shell_commands(page)]
 
 
-@pytest.mark.parametrize("where, command", COMMANDS, ids=[f"{w} {c[:50]}" for w, c in COMMANDS])
-def test_command_parses(where, command, monkeypatch, capsys):
+@pytest.mark.parametrize("where, command, fragment", COMMANDS, ids=[f"{w} {c[:50]}" for w, c, _ in COMMANDS])
+def test_command_parses(where, command, fragment, monkeypatch, capsys):
     tokens = shlex.split(command)
-    kind = _kind(tokens)
-    for argv in _expand(_argv(tokens)):
-        if kind == "cli":
-            check_cli(argv)
+    for argv, held in _expand(_argv(tokens)):
+        if _kind(tokens) == "cli":
+            check_cli(argv, fragment, frozenset(held))
         else:
-            check_bench([_drop_env(tokens)[1], *argv], monkeypatch)
+            check_bench([_drop_env(tokens)[1], *argv], monkeypatch, fragment)
     capsys.readouterr()
 
 
@@ -269,7 +319,7 @@ def anchors(page: Path) -> set[str]:
     out = set()
     prose, _ = split_page(page)
     for line in prose:
-        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line.text)
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line.plain)
         if m:
             s = slug(m.group(1))
             n = seen.get(s, 0)
@@ -282,7 +332,7 @@ def links(page: Path) -> list[tuple[str, str]]:
     prose, _ = split_page(page)
     found = []
     for line in prose:
-        for target in re.findall(r"!?\[[^\]]*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)", without_code(line.text)):
+        for target in re.findall(r"!?\[[^\]]*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)", without_code(line.plain)):
             if not re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: are not checked
                 found.append((line.where, target))
     return found
@@ -496,6 +546,17 @@ def test_results_md_names_every_schema_field():
     text = (ROOT / "docs" / "results.md").read_text()
     missing = sorted(n for n in names if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text))
     assert not missing, f"docs/results.md does not name the schema's fields {missing}"
+
+
+def test_quoted_summaries_agree():
+    summaries: dict[str, list[Block]] = {}
+    for b in BLOCKS:
+        if b.lang == "text" and b.text.startswith("talktosolve: preset"):
+            summaries.setdefault(b.text.splitlines()[0], []).append(b)
+    assert summaries, "no terminal summary is quoted"
+    for first, blocks in summaries.items():
+        differ = [b.where for b in blocks if b.text != blocks[0].text]
+        assert not differ, f"the summary `{first}` at {blocks[0].where} differs from its copies at {differ}"
 
 
 def test_counts():
