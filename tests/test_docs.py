@@ -36,8 +36,12 @@ What is checked, on every page (README.md and docs/*.md):
 6. `docs/results.md` names every field of `talktosolve/results.schema.json`.
 7. A recipe's terminal summary quoted on several pages (a ```text block that starts `talktosolve: preset`) is
    the same on each.
+8. Names. An inline code span that names a config field (`train.lr`; `--set train.lr=3e-4` must also parse)
+   or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.report.terminal_summary`) names
+   one that exists.
 
-`test_counts` prints how many commands, links, figures, quotes and Python blocks were checked (`pytest -s`).
+`test_counts` prints how many commands, links, figures, names, quotes and Python blocks were checked
+(`pytest -s`).
 """
 
 from __future__ import annotations
@@ -489,6 +493,93 @@ def test_a_changed_figure_fails():
         check_figure(where, file, expr, altered)
 
 
+# ------------------------------------------------------------------------------------------------ 8. names
+
+SECTIONS = ("model", "data", "chat", "train", "eval")
+FILE_ENDINGS = ("json", "jsonl", "md", "html", "png", "py", "safetensors", "parquet", "bin", "txt")
+NAME_SPAN = re.compile(r"(?:--set )?(?P<key>[a-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:=(?P<value>\S+))?")
+
+
+def names(page: Path) -> list[tuple[str, str]]:
+    """(where, span) for every inline code span that names a config field (`train.lr`, `--set train.lr=3e-4`)
+    or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.report.terminal_summary`)."""
+    prose, _ = split_page(page)
+    found = []
+    for line in prose:
+        for span in re.findall(r"`([^`]+)`", line.plain):
+            m = NAME_SPAN.fullmatch(span)
+            if not m or span.rsplit(".", 1)[-1] in FILE_ENDINGS:
+                continue
+            parts = m.group("key").split(".")
+            if m.group("value") is not None and span.startswith("--set ") or len(parts) > 1 and (
+                    parts[0] in SECTIONS or parts[0] == "talktosolve" or _module(parts[0]) is not None):
+                found.append((line.where, span))
+    return found
+
+
+def _module(name: str):
+    import importlib
+    import importlib.util
+
+    if name == "talktosolve":
+        return importlib.import_module(name)
+    try:
+        spec = importlib.util.find_spec(f"talktosolve.{name}")
+    except (ImportError, ValueError):
+        return None
+    return importlib.import_module(f"talktosolve.{name}") if spec else None
+
+
+def _config_field(parts: list[str]) -> bool:
+    import dataclasses
+
+    from talktosolve.config import Config
+
+    obj = Config()
+    for part in parts:
+        if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def _attribute(parts: list[str]) -> bool:
+    """Whether `talktosolve.PARTS` (or PARTS, when it starts with `talktosolve`) exists, importing submodules."""
+    import importlib
+
+    path = parts if parts[0] == "talktosolve" else ["talktosolve", *parts]
+    obj = importlib.import_module("talktosolve")
+    for i, part in enumerate(path[1:], 2):
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        try:
+            obj = importlib.import_module(".".join(path[:i]))
+        except ImportError:
+            return False
+    return True
+
+
+NAMES = [(where, span) for page in pages() for where, span in names(page)]
+
+
+@pytest.mark.parametrize("where, span", NAMES, ids=[f"{w} {s}" for w, s in NAMES])
+def test_name_exists(where, span):
+    from talktosolve.config import ConfigError, parse_overrides
+
+    m = NAME_SPAN.fullmatch(span)
+    parts = m.group("key").split(".")
+    if m.group("value") is not None:
+        value = "1" if PLACEHOLDER.fullmatch(m.group("value")) else m.group("value")
+        try:
+            parse_overrides([f"{m.group('key')}={value}"])
+        except (ConfigError, ValueError) as e:
+            raise AssertionError(f"{where}: `{span}`: {e}") from None
+        return
+    assert _config_field(parts) or _attribute(parts), \
+        f"{where}: `{span}` is neither a config field nor a name in talktosolve"
+
+
 # ------------------------------------------------------------------------------------------------ 4, 5. blocks
 
 BLOCKS = [b for page in pages() for b in split_page(page)[1]]
@@ -561,7 +652,7 @@ def test_quoted_summaries_agree():
 
 def test_counts():
     """What this file checks; the counts are printed (`pytest -s tests/test_docs.py`) and must not fall to 0."""
-    counts = {"commands": len(COMMANDS), "links": len(LINKS), "figures": len(FIGURES), "quotes": len(QUOTES),
-              "python blocks": len(PYTHON)}
+    counts = {"commands": len(COMMANDS), "links": len(LINKS), "figures": len(FIGURES), "names": len(NAMES),
+              "quotes": len(QUOTES), "python blocks": len(PYTHON)}
     print("\ndocs checked: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     assert all(counts.values()), counts
