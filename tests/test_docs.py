@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
+import importlib.util
 import json
 import re
 import shlex
@@ -349,10 +351,10 @@ LINKS = [(p, where, target) for p in pages() for where, target in links(p)]
 def test_link_resolves(page, where, target):
     path, _, anchor = target.partition("#")
     dest = (page.parent / path).resolve() if path else page
-    assert dest.exists(), f"{where}: link to {target}: no file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}"
+    assert dest.exists(), f"{where}: link to {target}: there is no {path}"
     if anchor:
         assert dest.suffix == ".md", f"{where}: {target}: an anchor into a non-Markdown file"
-        assert anchor in anchors(dest), f"{where}: {target}: no heading with the anchor #{anchor} in {path or 'this page'}"
+        assert anchor in anchors(dest), f"{where}: {target}: no heading of {path or "this page"} has #{anchor}"
 
 
 # ------------------------------------------------------------------------------------------------ 3. figures
@@ -493,6 +495,75 @@ def test_a_changed_figure_fails():
         check_figure(where, file, expr, altered)
 
 
+# ------------------------------------------------------------------------------------------------ 4, 5. blocks
+
+BLOCKS = [b for page in pages() for b in split_page(page)[1]]
+QUOTES = [b for b in BLOCKS if b.marker and b.marker.startswith("quote:")]
+PYTHON = [b for b in BLOCKS if b.lang == "python"]
+
+
+@pytest.mark.parametrize("block", QUOTES, ids=[b.where for b in QUOTES])
+def test_quote_is_verbatim(block):
+    module = ROOT / block.marker.split(":", 1)[1].strip()
+    doc = ast.get_docstring(ast.parse(module.read_text()), clean=False)
+    assert block.text.rstrip("\n") in doc, f"{block.where}: the quoted block is not in {module.name}'s docstring"
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
+def test_python_block(block, tmp_path, monkeypatch):
+
+    tree = ast.parse(block.text, filename=block.where)
+    modules = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                modules[a.asname or a.name.split(".")[0]] = importlib.import_module(a.name if a.asname else
+                                                                                    a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            mod = importlib.import_module(node.module)
+            for a in node.names:
+                assert hasattr(mod, a.name) or importlib.util.find_spec(f"{node.module}.{a.name}"), \
+                    f"{block.where}: {node.module} has no {a.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            assert hasattr(modules[node.value.id], node.attr), f"{block.where}: no {node.value.id}.{node.attr}"
+    if block.marker == "test: run":
+        monkeypatch.chdir(tmp_path)
+        exec(compile(tree, block.where, "exec"), {"__name__": "docs_example"})  # noqa: S102
+
+
+# ------------------------------------------------------------------------------------------ 6, 7. results.md, summaries
+
+def test_results_md_names_every_schema_field():
+    schema = json.loads((ROOT / "talktosolve" / "results.schema.json").read_text())
+    names = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            names.update(node.get("properties", {}))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    text = (ROOT / "docs" / "results.md").read_text()
+    missing = sorted(n for n in names if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text))
+    assert not missing, f"docs/results.md does not name the schema's fields {missing}"
+
+
+def test_quoted_summaries_agree():
+    summaries: dict[str, list[Block]] = {}
+    for b in BLOCKS:
+        if b.lang == "text" and b.text.startswith("talktosolve: preset"):
+            summaries.setdefault(b.text.splitlines()[0], []).append(b)
+    assert summaries, "no terminal summary is quoted"
+    for first, blocks in summaries.items():
+        differ = [b.where for b in blocks if b.text != blocks[0].text]
+        assert not differ, f"the summary `{first}` at {blocks[0].where} differs from its copies at {differ}"
+
+
 # ------------------------------------------------------------------------------------------------ 8. names
 
 SECTIONS = ("model", "data", "chat", "train", "eval")
@@ -518,8 +589,6 @@ def names(page: Path) -> list[tuple[str, str]]:
 
 
 def _module(name: str):
-    import importlib
-    import importlib.util
 
     if name == "talktosolve":
         return importlib.import_module(name)
@@ -545,8 +614,6 @@ def _config_field(parts: list[str]) -> bool:
 
 def _attribute(parts: list[str]) -> bool:
     """Whether `talktosolve.PARTS` (or PARTS, when it starts with `talktosolve`) exists, importing submodules."""
-    import importlib
-
     path = parts if parts[0] == "talktosolve" else ["talktosolve", *parts]
     obj = importlib.import_module("talktosolve")
     for i, part in enumerate(path[1:], 2):
@@ -578,76 +645,6 @@ def test_name_exists(where, span):
         return
     assert _config_field(parts) or _attribute(parts), \
         f"{where}: `{span}` is neither a config field nor a name in talktosolve"
-
-
-# ------------------------------------------------------------------------------------------------ 4, 5. blocks
-
-BLOCKS = [b for page in pages() for b in split_page(page)[1]]
-QUOTES = [b for b in BLOCKS if b.marker and b.marker.startswith("quote:")]
-PYTHON = [b for b in BLOCKS if b.lang == "python"]
-
-
-@pytest.mark.parametrize("block", QUOTES, ids=[b.where for b in QUOTES])
-def test_quote_is_verbatim(block):
-    module = ROOT / block.marker.split(":", 1)[1].strip()
-    doc = ast.get_docstring(ast.parse(module.read_text()), clean=False)
-    assert block.text.rstrip("\n") in doc, f"{block.where}: the quoted block is not in {module.name}'s docstring"
-
-
-@pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
-def test_python_block(block, tmp_path, monkeypatch):
-    import importlib
-
-    tree = ast.parse(block.text, filename=block.where)
-    modules = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                modules[a.asname or a.name.split(".")[0]] = importlib.import_module(a.name if a.asname else
-                                                                                    a.name.split(".")[0])
-        elif isinstance(node, ast.ImportFrom):
-            mod = importlib.import_module(node.module)
-            for a in node.names:
-                assert hasattr(mod, a.name) or importlib.util.find_spec(f"{node.module}.{a.name}"), \
-                    f"{block.where}: {node.module} has no {a.name}"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
-            assert hasattr(modules[node.value.id], node.attr), f"{block.where}: {node.value.id}.{node.attr} does not exist"
-    if block.marker == "test: run":
-        monkeypatch.chdir(tmp_path)
-        exec(compile(tree, block.where, "exec"), {"__name__": "docs_example"})  # noqa: S102
-
-
-# ------------------------------------------------------------------------------------------------ 6. results.md
-
-def test_results_md_names_every_schema_field():
-    schema = json.loads((ROOT / "talktosolve" / "results.schema.json").read_text())
-    names = set()
-
-    def walk(node):
-        if isinstance(node, dict):
-            names.update(node.get("properties", {}))
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(schema)
-    text = (ROOT / "docs" / "results.md").read_text()
-    missing = sorted(n for n in names if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text))
-    assert not missing, f"docs/results.md does not name the schema's fields {missing}"
-
-
-def test_quoted_summaries_agree():
-    summaries: dict[str, list[Block]] = {}
-    for b in BLOCKS:
-        if b.lang == "text" and b.text.startswith("talktosolve: preset"):
-            summaries.setdefault(b.text.splitlines()[0], []).append(b)
-    assert summaries, "no terminal summary is quoted"
-    for first, blocks in summaries.items():
-        differ = [b.where for b in blocks if b.text != blocks[0].text]
-        assert not differ, f"the summary `{first}` at {blocks[0].where} differs from its copies at {differ}"
 
 
 def test_counts():
