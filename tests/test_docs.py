@@ -354,7 +354,7 @@ def test_link_resolves(page, where, target):
     assert dest.exists(), f"{where}: link to {target}: there is no {path}"
     if anchor:
         assert dest.suffix == ".md", f"{where}: {target}: an anchor into a non-Markdown file"
-        assert anchor in anchors(dest), f"{where}: {target}: no heading of {path or "this page"} has #{anchor}"
+        assert anchor in anchors(dest), f"{where}: {target}: no heading of {path or 'this page'} has #{anchor}"
 
 
 # ------------------------------------------------------------------------------------------------ 3. figures
