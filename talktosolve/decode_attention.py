@@ -19,8 +19,8 @@ Scores are exact fp32 products of the bf16 inputs; the exponentials enter the va
 cache's dtype, as the portable path's probabilities do. `available()` is False without Triton or CUDA, or for a head
 size the kernel cannot tile, and the engine then keeps the portable path.
 
-Measured on an H200 (README, GPU speed): at batch 32, where reading the weights dominates a decode step, it is
-even with the portable path (2-3% faster steps); at batch 128 decode steps are 24-25% faster, which is what
+Measured on an H200 (docs/performance.md, Decode): at batch 32, where reading the weights dominates a decode step,
+it is even with the portable path (2-3% faster steps); at batch 128 decode steps are 23-25% faster, which is what
 evaluation's large batches gain. `bench/profile_attention.py` times the launch configurations.
 """
 
