@@ -1,6 +1,6 @@
 """Grading a copy's final answer against the gold answer: the LAST `\\boxed{...}` only, bounded time.
 
-Rules (SPEC section 1, "reward"):
+Rules (the team reward is the mean of the two copies' grades):
 
 * The answer is the content of the last `\\boxed{...}` (also `\\boxed {...}` and `\\fbox{...}`) whose braces
   balance; escape pairs (`\\{`, `\\}`, `\\\\`) are not braces. If the last box never closes, the last one that

@@ -1,4 +1,4 @@
-"""Talk metrics of one chat (SPEC section 1, "talk metrics"), and their means over many chats.
+"""Talk metrics of one chat, and their means over many chats.
 
 A chat is four messages in the order A, B, A, B; messages 3 and 4 (indices 2 and 3) are A's and B's final answers.
 

@@ -55,10 +55,11 @@ def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Probl
 
 
 def split_checks(problems: list[Problem]) -> dict:
-    """SPEC section 3's data checks, computed: both halves hold a number; A's and B's facts are disjoint and
-    together are all the facts. The second is checked by position, not by text (a problem may state the same
-    sentence twice): interleaving A's and B's facts and re-splitting the text must give back exactly the same
-    halves and question, which holds only if A has facts 1, 3, 5, ... and B facts 2, 4, ..., each once."""
+    """The data checks of results.json (`checks` in docs/results.md), computed: both halves hold a number; A's
+    and B's facts are disjoint and together are all the facts. The second is checked by position, not by text (a
+    problem may state the same sentence twice): interleaving A's and B's facts and re-splitting the text must give
+    back exactly the same halves and question, which holds only if A has facts 1, 3, 5, ... and B facts 2, 4, ...,
+    each once."""
     from talktosolve.numbers import has_number
 
     halves = all(any(map(has_number, p.facts_a)) and any(map(has_number, p.facts_b)) for p in problems)

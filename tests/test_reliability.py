@@ -1,4 +1,4 @@
-"""Bad input gets a clear error and leaves no partial result (issue 5)."""
+"""Bad input gets a clear error and leaves no partial result."""
 
 import errno
 import json
