@@ -51,7 +51,8 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
     out_dir = Path(out_dir)
     key = eval_key(cfg, arm, player_a, player_b)
     if is_current(out_dir, key):
-        return read_json(out_dir / "summary.json")
+        # Named as this call names them: a moved or copied folder's summary holds the old paths.
+        return {**read_json(out_dir / "summary.json"), "player_a": player_a or "base", "player_b": player_b or "base"}
     e = cfg.eval
     problems = problems[: e.n_problems]
     device = resolve_device(cfg.device)
