@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from talktosolve.chat import SPEAKERS
 from talktosolve.config import Config, config_key
 from talktosolve.fast_engine import make_engine
 from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
@@ -71,12 +72,14 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
     began = time.perf_counter()
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []
-    bar = tqdm(total=len(problems), desc=label, disable=not progress, dynamic_ncols=True)
+    # Counted in messages, turn by turn: one batch can be the whole evaluation.
+    bar = tqdm(total=len(problems) * e.chats_per_problem * len(SPEAKERS), desc=label, unit="msg",
+               disable=not progress, dynamic_ncols=True)
     for b, i in enumerate(range(0, len(problems), per_batch)):
         batch = problems[i:i + per_batch]
         chats += play_chats(batch, arm, players, cfg.chat, chats_per_problem=e.chats_per_problem,
-                            seed=e.seed * 1_000_003 + b)
-        bar.update(len(batch))
+                            seed=e.seed * 1_000_003 + b,
+                            progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
     bar.close()
     transcripts = [c.transcript() for c in chats]
     summary = summarize(chats, transcripts, e.chats_per_problem)
