@@ -3,7 +3,7 @@ team's outcome, and measure honestly whether the talk made them better.
 
 The public API (stable names; the CLI is built on them):
 
-- `split_problem(text) -> Split`: the split-fact rule of SPEC section 1.
+- `split_problem(text) -> Split`: the split-fact rule (A gets facts 1, 3, 5, ..., B 2, 4, ...).
 - `grade_answer(final_message, gold) -> bool`: last `\\boxed{}` only, bounded time.
 - `talk_metrics(facts_a, facts_b, question, messages) -> dict`: send, use, ask, agree.
 - `paired_delta(chat, cut, *, seed=0) -> (delta, lo, hi)`: the chat-vs-cut comparison.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from talktosolve.chat import SPEAKERS
 from talktosolve.config import Config, config_key
 from talktosolve.fast_engine import make_engine
 from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
@@ -51,7 +52,8 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
     out_dir = Path(out_dir)
     key = eval_key(cfg, arm, player_a, player_b)
     if is_current(out_dir, key):
-        return read_json(out_dir / "summary.json")
+        # Named as this call names them: a moved or copied folder's summary holds the old paths.
+        return {**read_json(out_dir / "summary.json"), "player_a": player_a or "base", "player_b": player_b or "base"}
     e = cfg.eval
     problems = problems[: e.n_problems]
     device = resolve_device(cfg.device)
@@ -70,12 +72,14 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat", p
     began = time.perf_counter()
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []
-    bar = tqdm(total=len(problems), desc=label, disable=not progress, dynamic_ncols=True)
+    # Counted in messages, turn by turn: one batch can be the whole evaluation.
+    bar = tqdm(total=len(problems) * e.chats_per_problem * len(SPEAKERS), desc=label, unit="msg",
+               disable=not progress, dynamic_ncols=True)
     for b, i in enumerate(range(0, len(problems), per_batch)):
         batch = problems[i:i + per_batch]
         chats += play_chats(batch, arm, players, cfg.chat, chats_per_problem=e.chats_per_problem,
-                            seed=e.seed * 1_000_003 + b)
-        bar.update(len(batch))
+                            seed=e.seed * 1_000_003 + b,
+                            progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
     bar.close()
     transcripts = [c.transcript() for c in chats]
     summary = summarize(chats, transcripts, e.chats_per_problem)

@@ -171,7 +171,7 @@ def _sections(results: dict) -> list[tuple]:
     out.append(("h2", "Talk before and after training"))
     out.append(("p", "Shares of a copy's own-only numbers it sent (send) and of its partner's it used in its final "
                      "answer (use; use | sent: among those sent); ask: its first message asks something; agree: "
-                     "both boxed answers equal. Before = the untrained pair; after = each trained pair."))
+                     "both boxed answers the same number. Before = the untrained pair; after = each trained pair."))
     talk_names = [n for n in ["base-chat", "base-cut"] + [f"{a}-s{s}" for a in arms for s in seeds] if n in evals]
     rows = []
     for name in talk_names:

@@ -1,6 +1,6 @@
 """Cut a word problem into fact sentences and a question, and deal the facts to two copies.
 
-The rules (SPEC section 1, "data"):
+The rules:
 
 - Sentences end at a run of `.`, `?` or `!` (closing quotes and brackets right after it stay with the sentence),
   followed by whitespace and then a capital letter, a digit, an opening quote or bracket, a currency sign, or the

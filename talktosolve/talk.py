@@ -1,4 +1,4 @@
-"""Talk metrics of one chat (SPEC section 1, "talk metrics"), and their means over many chats.
+"""Talk metrics of one chat, and their means over many chats.
 
 A chat is four messages in the order A, B, A, B; messages 3 and 4 (indices 2 and 3) are A's and B's final answers.
 
@@ -11,8 +11,9 @@ A chat is four messages in the order A, B, A, B; messages 3 and 4 (indices 2 and
 * **use_given_sent_a**: among B's own-only numbers that B sent (index 1), the share in A's final message;
   **use_given_sent_b**: among A's own-only numbers that A sent (indices 0, 2), the share in B's final message.
 * **ask_a** / **ask_b**: the copy's first message (index 0 / 1) contains `?`.
-* **agree**: both final messages hold a boxed answer (`grading.last_boxed`) and the two are equal: as numbers
-  (`grading.numeric_value`) when both read as numbers, else as stripped strings.
+* **agree**: both final messages box a number (`grading.last_boxed`, read by `grading.numeric_value`) and the two
+  numbers are equal. An empty or non-numeric box never agrees: two copies that both fail to give a number have
+  not agreed on an answer.
 * **chars_a** / **chars_b**: total characters of the copy's two messages.
 
 A share with nothing to count (no own-only numbers, or none sent) is None, never 0.
@@ -58,9 +59,7 @@ def _agree(final_a: str, final_b: str) -> bool:
     if box_a is None or box_b is None:
         return False
     num_a, num_b = numeric_value(box_a), numeric_value(box_b)
-    if num_a is not None and num_b is not None:
-        return num_a == num_b  # canonical strings: equal values have equal text
-    return box_a.strip() == box_b.strip()
+    return num_a is not None and num_a == num_b  # canonical strings: equal values have equal text
 
 
 def talk_metrics(facts_a: Sequence[str], facts_b: Sequence[str], question: str, messages: Sequence[str]) -> dict:

@@ -21,12 +21,13 @@ def _is_built(folder: Path) -> bool:
     first = folder / "train.jsonl"
     if not first.is_file():
         return False
-    with open(first, encoding="utf-8") as f:
+    with open(first, "rb") as f:
         line = f.readline()
     try:
-        return "facts_a" in json.loads(line)
-    except json.JSONDecodeError:
+        first_row = json.loads(line.decode("utf-8"))
+    except ValueError:  # bad JSON or not UTF-8: raw GSM8K at best, whose rows data.py checks one by one
         return False
+    return isinstance(first_row, dict) and "facts_a" in first_row
 
 
 def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Problem], list[Problem], dict | None]:
@@ -55,10 +56,11 @@ def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Probl
 
 
 def split_checks(problems: list[Problem]) -> dict:
-    """SPEC section 3's data checks, computed: both halves hold a number; A's and B's facts are disjoint and
-    together are all the facts. The second is checked by position, not by text (a problem may state the same
-    sentence twice): interleaving A's and B's facts and re-splitting the text must give back exactly the same
-    halves and question, which holds only if A has facts 1, 3, 5, ... and B facts 2, 4, ..., each once."""
+    """The data checks of results.json (`checks` in docs/results.md), computed: both halves hold a number; A's
+    and B's facts are disjoint and together are all the facts. The second is checked by position, not by text (a
+    problem may state the same sentence twice): interleaving A's and B's facts and re-splitting the text must give
+    back exactly the same halves and question, which holds only if A has facts 1, 3, 5, ... and B facts 2, 4, ...,
+    each once."""
     from talktosolve.numbers import has_number
 
     halves = all(any(map(has_number, p.facts_a)) and any(map(has_number, p.facts_b)) for p in problems)

@@ -1,6 +1,10 @@
-"""The whole recipe end to end on a tiny model: schema-valid results.json, report and plots; a rerun skips all."""
+"""The whole recipe end to end on a tiny model: schema-valid results.json, report and plots; a rerun skips all.
+
+The tests that read a finished recipe share one run (`tiny_recipe`, conftest.py) and change only copies of it.
+"""
 
 import json
+import shutil
 
 import pytest
 
@@ -17,11 +21,14 @@ def recipe(model_dir, out, *extra):
     return main(args)
 
 
-def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, capsys):
-    out = tmp_path / "rec"
-    assert recipe(tiny_model_dir, out) == 0
-    printed = capsys.readouterr().out
-    assert "delta chat - cut" in printed and "checks:" in printed
+def copy_of(run, tmp_path):
+    shutil.copytree(run.out, tmp_path / "rec")
+    return tmp_path / "rec"
+
+
+def test_recipe_writes_valid_results_report_and_plots(tiny_recipe):
+    out = tiny_recipe.out
+    assert "delta chat - cut" in tiny_recipe.printed and "checks:" in tiny_recipe.printed
     results = json.loads((out / "results.json").read_text())
     validate_results(results)
     assert set(results["evals"]) == {"base-chat", "base-cut", "chat-s0", "chat-s1", "cut-s0", "cut-s1",
@@ -36,7 +43,12 @@ def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, 
     assert (out / "plots/accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert results["comparison"]["delta"] == pytest.approx(
         results["arms"]["chat"]["accuracy"] - results["arms"]["cut"]["accuracy"])
-    # Rerun: every stage is current under the same config, so nothing is trained or evaluated again.
+
+
+def test_rerun_skips_every_stage(tiny_model_dir, tiny_recipe, tmp_path):
+    out = copy_of(tiny_recipe, tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    # Every stage is current under the same config, so nothing is trained or evaluated again.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.suffix in (".jsonl", ".safetensors")
               or p.name == "summary.json"}
     assert recipe(tiny_model_dir, out) == 0
@@ -45,9 +57,8 @@ def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, 
     assert again["evals"] == results["evals"] and again["comparison"] == results["comparison"]
 
 
-def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
-    out = tmp_path / "rec"
-    assert recipe(tiny_model_dir, out) == 0
+def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tiny_recipe, tmp_path):
+    out = copy_of(tiny_recipe, tmp_path)
     train_log = out / "runs" / "chat-s0" / "metrics.jsonl"
     before = train_log.stat().st_mtime_ns
     base_eval = out / "evals" / "base-chat" / "summary.json"
@@ -58,14 +69,13 @@ def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
     assert json.loads(base_eval.read_text())["key"] != base_before
 
 
-def test_cut_transcript_check_catches_a_leak(tiny_model_dir, tmp_path):
+def test_cut_transcript_check_catches_a_leak(tiny_recipe, tmp_path):
     from talktosolve.config import make_config
     from talktosolve.recipe import cut_never_sees_partner
     from talktosolve.store import read_jsonl, write_text
 
-    out = tmp_path / "rec"
-    assert recipe(tiny_model_dir, out) == 0
-    path = out / "evals" / "base-cut" / "chats.jsonl"
+    path = tmp_path / "chats.jsonl"
+    shutil.copy(tiny_recipe.out / "evals" / "base-cut" / "chats.jsonl", path)
     cfg = make_config("tiny")
     assert cut_never_sees_partner([path], cfg.chat)
     chats = read_jsonl(path)
