@@ -2,6 +2,11 @@
 
 Every command that runs models takes `--preset NAME` (data in talktosolve/presets/) and any number of
 `--set section.field=value` overrides; the resolved config is written into the output folder.
+
+A user's mistake ends in one line on stderr and exit status 2, with nothing written: every path argument says
+what it must be (`talktosolve.folders`) and is checked as the command line is parsed, the config is built and
+checked next, and a run's model and device are found before its first write. `main` is the one place where
+these errors (`user_errors()`) are turned into that line.
 """
 
 from __future__ import annotations
@@ -13,6 +18,56 @@ from pathlib import Path
 
 from talktosolve.arms import ARMS
 from talktosolve.config import ConfigError, make_config, parse_overrides, preset_names
+from talktosolve.folders import FolderError, check_evaluation, check_output, check_player, check_source
+
+
+class UsageError(Exception):
+    """A command line that cannot run as given; the message says what to change."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose complaints end like every other user error instead of printing the usage and exiting."""
+
+    def error(self, message):
+        raise UsageError(f"{message.rstrip('.')} (see `{self.prog} --help`)")
+
+
+def _seat_player(text: str) -> tuple[str, str]:
+    """`--seat SEAT=FOLDER` as (seat, folder), the folder checked as `--a` checks its own."""
+    seat, sep, path = text.partition("=")
+    if not sep or not seat or not path:
+        raise argparse.ArgumentTypeError(f"`{text}`: expected SEAT=FOLDER, e.g. --seat C=runs/micro-3/runs/chat-s0")
+    return seat, _checked(check_player)(path)
+
+
+def _checked(check, **kwargs):
+    """An argparse type: the path as given, once `check` (a `talktosolve.folders` check) accepts it."""
+    def parse(text: str) -> str:
+        try:
+            check(text, **kwargs)
+        except FolderError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    return parse
+
+
+def _whole(low: int, high: int | None = None):
+    """An argparse type: a whole number in [low, high)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got `{text}`") from None
+        if value < low or (high is not None and value >= high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range: give {low} or more"
+                                             + (f", below {high}" if high is not None else ""))
+        return value
+
+    return parse
+
+
+_SEED = _whole(0, 2**63)
 
 
 def _config(args, **extra):
@@ -24,12 +79,22 @@ def _config(args, **extra):
     return make_config(args.preset, overrides)
 
 
+def _preflight(cfg) -> None:
+    """Find the run's device and its model's tokenizer before anything is written: a mistyped model path or
+    device then leaves no half-made folder behind."""
+    from talktosolve.policy import load_tokenizer, resolve_device
+
+    resolve_device(cfg.device)
+    load_tokenizer(cfg.model)
+
+
 def _common(p, default_preset):
     p.add_argument("--preset", default=default_preset,
                    help=f"config preset: one of {', '.join(preset_names())} or a .json file (default: {default_preset})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=3e-4 (repeatable)")
-    p.add_argument("--gsm8k", help="GSM8K folder or .jsonl/.parquet file (default: the Hub, when online)")
+    p.add_argument("--gsm8k", type=_checked(check_source, built=True),
+                   help="GSM8K folder, or one written by `talktosolve data` (default: the Hub, when online)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--log", choices=["tensorboard", "wandb"], help="also send metrics to TensorBoard or W&B")
 
@@ -52,6 +117,7 @@ def cmd_train(args) -> int:
     if cfg.train.runs_per_process > 1:
         raise ConfigError("train.runs_per_process groups the recipe's runs (`talktosolve recipe`); `talktosolve "
                           "train` trains one run: leave it at 1 here.")
+    _preflight(cfg)
     out = Path(args.out)
     train_set, _, _ = load_problems(cfg, out / "data")
     train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=_loggers(args, out))
@@ -67,14 +133,10 @@ def cmd_eval(args) -> int:
     from talktosolve.tasks import load_problems
 
     cfg = _config(args, data={"gsm8k": args.gsm8k})
+    _preflight(cfg)
     out = Path(args.out)
     _, test_set, _ = load_problems(cfg, out / "data")
-    seats = {"A": args.a, "B": args.b}
-    for item in args.seat or []:
-        seat, sep, path = item.partition("=")
-        if not sep or not seat or not path:
-            raise ConfigError(f"`--seat {item}`: expected SEAT=FOLDER, e.g. `--seat C=runs/micro-3/runs/chat-s0`.")
-        seats[seat] = path
+    seats = {"A": args.a, "B": args.b, **dict(args.seat or [])}
     seats = {seat: path for seat, path in seats.items() if path is not None}
     summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, progress=not args.quiet)
     talk = summary["talk"]
@@ -96,13 +158,15 @@ def cmd_compare(args) -> int:
         ids = rows[0]["problem_ids"]
         for f, r in zip(folders, rows):
             if r["problem_ids"] != ids:
-                raise SystemExit(f"error: {f} was evaluated on different problems; compare needs the same ones.")
+                raise UsageError(f"{f} was evaluated on other problems than {folders[0]}; compare needs the same "
+                                 "ones (evaluations of one config).")
         return np.array([r["scores"] for r in rows]), ids
 
     chat, ids = scores(args.chat)
     cut, ids_cut = scores(args.cut)
     if ids != ids_cut:
-        raise SystemExit("error: the chat and cut evaluations cover different problems.")
+        raise UsageError("the chat and cut evaluations cover different problems; compare needs the same ones "
+                         "(evaluations of one config).")
     rep = paired_delta_report(chat, cut)
     print(f"chat - cut = {rep['delta']:+.3f} [{rep['lo']:+.3f}, {rep['hi']:+.3f}] (95%, {rep['method']}; "
           f"{rep['n_seeds_chat']} vs {rep['n_seeds_cut']} seeds, {rep['n_problems']} problems)"
@@ -117,7 +181,8 @@ def cmd_recipe(args) -> int:
     from talktosolve.report import terminal_summary
 
     cfg = _config(args, data={"gsm8k": args.gsm8k})
-    out = Path(args.out or f"runs/{Path(args.preset).stem}")
+    out = check_output(args.out or f"runs/{Path(args.preset).stem}", "recipe")
+    _preflight(cfg)
     results = run_recipe(cfg, out, preset=args.preset, progress=not args.quiet,
                          loggers_for=(lambda name: _loggers(args, out / "runs" / name)) if args.log else None)
     print(terminal_summary(results))
@@ -149,70 +214,84 @@ def _f(x) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="talktosolve", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="talktosolve", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("data", help="build split-fact GSM8K problems (train.jsonl, test.jsonl, eligibility)")
-    p.add_argument("--gsm8k", help="GSM8K folder holding train/test .jsonl or .parquet (default: the Hub)")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--n-train", type=int, default=1024)
-    p.add_argument("--n-test", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0, help="seed that chooses the problems")
+    p.add_argument("--gsm8k", type=_checked(check_source, built=False),
+                   help="GSM8K folder holding train/test .jsonl or .parquet (default: the Hub)")
+    p.add_argument("--out", required=True, type=_checked(check_output, kind="data"), help="output folder")
+    p.add_argument("--n-train", type=_whole(0), default=1024)
+    p.add_argument("--n-test", type=_whole(0), default=300)
+    p.add_argument("--seed", type=_SEED, default=0, help="seed that chooses the problems")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row instead of skipping it")
     p.set_defaults(fn=cmd_data)
 
     p = sub.add_parser("train", help="train one arm and seed into a run folder (resumes if it exists)")
     _common(p, "paper")
     p.add_argument("--arm", choices=list(ARMS), required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="run folder")
+    p.add_argument("--seed", type=_SEED, default=0)
+    p.add_argument("--out", required=True, type=_checked(check_output, kind="run"), help="run folder")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a team (who plays each seat) on held-out problems")
     _common(p, "paper")
-    p.add_argument("--a", help="copy A: a run folder or adapter folder (default: the untrained base)")
-    p.add_argument("--b", help="copy B: a run folder or adapter folder (default: the untrained base)")
-    p.add_argument("--seat", action="append", metavar="SEAT=FOLDER",
+    p.add_argument("--a", type=_checked(check_player),
+                   help="seat A: a run folder or adapter folder (default: the untrained base)")
+    p.add_argument("--b", type=_checked(check_player),
+                   help="seat B: a run folder or adapter folder (default: the untrained base)")
+    p.add_argument("--seat", action="append", metavar="SEAT=FOLDER", type=_seat_player,
                    help="any seat of the protocol played by a run or adapter folder, e.g. --seat C=runs/x "
                         "(repeatable; seats not given are the untrained base)")
     p.add_argument("--arm", choices=list(ARMS), default="chat")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, type=_checked(check_output, kind="eval"), help="output folder")
     p.set_defaults(fn=cmd_eval)
 
     p = sub.add_parser("compare", help="paired chat-vs-cut delta over evaluation folders")
-    p.add_argument("--chat", nargs="+", required=True, help="eval folders of the chat arm, one per seed")
-    p.add_argument("--cut", nargs="+", required=True, help="eval folders of the cut arm, one per seed")
+    p.add_argument("--chat", nargs="+", required=True, type=_checked(check_evaluation),
+                   help="eval folders of the chat arm, one per seed")
+    p.add_argument("--cut", nargs="+", required=True, type=_checked(check_evaluation),
+                   help="eval folders of the cut arm, one per seed")
     p.add_argument("--json", action="store_true", help="also print the full report as JSON")
     p.set_defaults(fn=cmd_compare)
 
     p = sub.add_parser("recipe", help="the whole recipe: arms x seeds, evals, cross-play, comparisons, report")
     _common(p, "micro")
-    p.add_argument("--out", help="output folder (default: runs/PRESET)")
+    p.add_argument("--out", type=_checked(check_output, kind="recipe"), help="output folder (default: runs/PRESET)")
     p.set_defaults(fn=cmd_recipe)
 
     p = sub.add_parser("micro-base", help="pretrain (or locate) the micro world's base model")
-    p.add_argument("--out", help="pretrain into this folder instead of the user cache")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=_checked(check_output, kind="model"),
+                   help="pretrain into this folder instead of the user cache")
+    p.add_argument("--seed", type=_SEED, default=0)
     p.add_argument("--rebuild", action="store_true", help="pretrain again even if a cached or shipped one exists")
     p.set_defaults(fn=cmd_micro_base)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # transformers draws a bar for every weight load and save; ours (per run and evaluation) say more.
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions that mean the user's input cannot be used (each module's own), as opposed to a bug."""
     from talktosolve.data import DataError
     from talktosolve.policy import ModelError
     from talktosolve.tracking import TrackingError
     from talktosolve.train import TrainingError
 
+    return (UsageError, FolderError, ConfigError, DataError, ModelError, TrainingError, TrackingError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # transformers draws a bar for every weight load and save; ours (per run and evaluation) say more.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     try:
+        args = build_parser().parse_args(argv)
         return args.fn(args)
-    except (ConfigError, DataError, ModelError, TrainingError, TrackingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except user_errors() as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, however the message was wrapped
+        return 2
+    except PermissionError as e:
+        print(f"error: {e.strerror}: {e.filename}. Give a folder you can write to.", file=sys.stderr)
         return 2
     except OSError as e:
         import errno

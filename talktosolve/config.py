@@ -1,7 +1,7 @@
 """One typed configuration for everything a run does, written into every run folder.
 
 A preset (`talktosolve/presets/NAME.json`) is data: a partial dict of these fields laid over the defaults
-below, which are the paper recipe (SPEC section 1). The CLI then lays `--set section.field=value` on top.
+below, which are the paper recipe (Park et al., arXiv:2502.18439). The CLI then lays `--set section.field=value` on top.
 Unknown keys fail loudly and name the closest valid key.
 """
 
@@ -124,7 +124,7 @@ class TrainConfig:
     `chats_per_microbatch` instead. Memory is then bounded whatever the message lengths, and short messages
     still make full-size micro-batches. In the paper-shape step on an H200 (bench/gpu_step.py), 12288 learned
     in 1.42 s what two chats per micro-batch (the seed's setting) learned in 2.15 s, at a peak of 32.8 GB
-    against 22.6. A memory knob too: the update is the same."""
+    against 22.6 (`bench/results/gpu_step-h200-2026-12-01-c.json`). A memory knob too: the update is the same."""
     lr: float = 1e-4
     """AdamW learning rate (constant after warm-up)."""
     warmup_steps: int = 0
@@ -142,9 +142,9 @@ class TrainConfig:
     (LoRA only): every step samples all their chats together, one decode step for all rows, each row read
     through its own run's adapter, then each run learns its own adapter with its own optimizer. Decode is
     bound by reading the weights: on an H200 at the paper preset's maximum lengths, 6 runs took 17.3 s a step
-    against 4.35 s for one, at a peak of 36.3 GB (bench/gpu_shared.py). The runs then share the sampler's random
-    stream, so their chats differ from those of runs trained one at a time: the setting is part of each run's
-    key. 1: one run at a time."""
+    against 4.35 s for one, at a peak of 36.3 GB (`bench/results/gpu_shared-h200-2026-12-01.json`). The runs
+    then share the sampler's random stream, so their chats differ from those of runs trained one at a time: the
+    setting is part of each run's key. 1: one run at a time."""
 
 
 @dataclass
@@ -156,7 +156,7 @@ class EvalConfig:
     batch_chats: int = 128
     """Chats generated together (a memory knob: larger batches decode more tokens per weight read). At the paper
     preset's maximum message lengths on an H200, 128 peaks at 29 GB in cross-play (two models, two engines);
-    300 is a fifth faster but peaks at 53 GB there (`bench/gpu_eval.py`)."""
+    300 is a fifth faster but peaks at 53 GB there (`bench/results/gpu_eval-h200-2026-12-01.json`)."""
     seed: int = 1234
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
 
@@ -215,10 +215,37 @@ def _build(cls, values: dict[str, Any], where: str):
         if dataclasses.is_dataclass(default):
             kwargs[key] = _build(type(default), value, f"{where}{key}.")
         elif isinstance(default, tuple):
-            kwargs[key] = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            kind = _kind(fields[key], default)
+            kwargs[key] = tuple(_typed(v, kind, f"each item of `{where}{key}`") for v in items)
         else:
-            kwargs[key] = value
+            kwargs[key] = _typed(value, _kind(fields[key], default), f"`{where}{key}`",
+                                 optional="None" in fields[key].type)
     return cls(**kwargs)
+
+
+_KIND_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _kind(f: dataclasses.Field, default: Any) -> type:
+    """The type a field's values must have: its default's (its items' for a tuple; a None default's from its
+    annotation, e.g. `str | None`)."""
+    if isinstance(default, tuple):
+        return type(default[0]) if default else int if "int" in str(f.type) else str
+    if default is None:
+        return {"int": int, "float": float, "bool": bool}.get(f.type.split("|")[0].strip(), str)
+    return type(default)
+
+
+def _typed(value: Any, kind: type, where: str, optional: bool = False) -> Any:
+    """`value` checked against the field's type: a preset's `"lr": "abc"` must fail here, not deep in a run."""
+    if value is None and optional:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ConfigError(f"{where} must be {_KIND_NAMES.get(kind, kind.__name__)}, got {value!r}.")
+    return value
 
 
 def merge_overrides(base: dict, over: dict) -> dict:
@@ -240,18 +267,22 @@ def _coerce(text: str, default: Any, hint: str = "") -> Any:
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"Expected true/false, got `{text}`.")
+        raise ConfigError(f"expected true or false, got `{text}`.")
     if text.lower() in ("none", "null") and not isinstance(default, (int, float)):
         return None
-    if isinstance(default, int):
-        return int(text)
-    if isinstance(default, float):
-        return float(text)
     if isinstance(default, tuple):
-        items = [t.strip() for t in text.split(",") if t.strip()]
         kind = int if "int" in hint else type(default[0]) if default else str
-        return tuple(kind(t) for t in items)
+        return tuple(_parse(t.strip(), kind) for t in text.split(",") if t.strip())
+    if isinstance(default, (int, float)):
+        return _parse(text, type(default))
     return text
+
+
+def _parse(text: str, kind: type) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"expected {_KIND_NAMES.get(kind, kind.__name__)}, got `{text}`.") from None
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -270,10 +301,16 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
                 raise ConfigError(f"Unknown config key `{key}`.{_closest(part, valid)}")
             hint = str(next(f.type for f in dataclasses.fields(obj) if f.name == part))
             obj = getattr(obj, part)
+        if dataclasses.is_dataclass(obj):
+            fields = ", ".join(f.name for f in dataclasses.fields(obj))
+            raise ConfigError(f"`--set {pair}`: `{key}` is a section; set one of its fields ({fields}).")
         node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = _coerce(text, obj, hint)
+        try:
+            node[parts[-1]] = _coerce(text, obj, hint)
+        except ConfigError as e:
+            raise ConfigError(f"`--set {pair}`: {e}") from None
     return out
 
 
@@ -283,9 +320,14 @@ def preset_names() -> list[str]:
 
 def load_preset(name: str) -> dict[str, Any]:
     path = Path(name) if name.endswith(".json") else PRESET_DIR / f"{name}.json"
-    if not path.exists():
-        raise ConfigError(f"No preset `{name}`. Built-in presets: {', '.join(preset_names())}; or pass a .json file.")
-    return json.loads(path.read_text())
+    if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"No preset `{name}` ({path} {what}). Built-in presets: {', '.join(preset_names())}; "
+                          "or pass a .json file.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"Preset {path} is not JSON ({e}); a preset is a JSON object of config sections.") from None
 
 
 def make_config(preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -365,8 +407,24 @@ def validate(cfg: Config) -> None:
         problems.append(f"chat.temperature is {c.temperature}; it must be positive (plain sampling).")
     if not cfg.seeds:
         problems.append("seeds is empty; give at least one training seed.")
+    for name, value in [("train.checkpoint_every", t.checkpoint_every), ("model.lora_alpha", cfg.model.lora_alpha)]:
+        if value < 1:
+            problems.append(f"{name} is {value}; it must be at least 1.")
+    for name, value in [("train.warmup_steps", t.warmup_steps), ("train.weight_decay", t.weight_decay),
+                        ("train.grad_clip", t.grad_clip), ("cpu_threads", cfg.cpu_threads)]:
+        if value < 0:
+            problems.append(f"{name} is {value}; it must be 0 or more.")
+    if not 0 <= cfg.model.lora_dropout < 1:
+        problems.append(f"model.lora_dropout is {cfg.model.lora_dropout}; it must be in [0, 1).")
+    if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
+        problems.append(f"train.betas is {t.betas}; give two numbers in [0, 1), e.g. 0.9,0.999.")
+    for name, value in [("data.data_seed", cfg.data.data_seed), ("eval.seed", cfg.eval.seed)] + [
+            ("seeds", s) for s in cfg.seeds]:
+        if not 0 <= value < 2**63:
+            problems.append(f"{name} holds {value}; a seed is a whole number from 0 to 2**63 - 1.")
     if problems:
-        raise ConfigError("Invalid config:\n  " + "\n  ".join(problems))
+        # One line, so the command line's error is one line too.
+        raise ConfigError("Invalid config: " + " ".join(problems))
 
 
 def config_key(values: dict[str, Any]) -> str:

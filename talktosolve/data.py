@@ -9,9 +9,10 @@ The rules:
   commas removed; it must be a plain number (`72`, `-3`, `0.5`).
 - A row's index is its 0-based position among the source's rows (blank lines are not rows); problem ids are
   `"{split}-{index}"`, so an id names the same GSM8K problem whatever was chosen.
-- A malformed row (bad JSON, missing field, no `####`, a gold that is not a number) is never dropped silently:
-  it is reported as an `Issue` with its 1-based line and the reason, and skipped; with `strict=True` the first one
-  raises `DataError` naming `file:line`. A source with no usable row at all is a `DataError`.
+- A malformed row (bytes that are not UTF-8, bad JSON, missing field, no `####`, a gold that is not a number) is
+  never dropped silently: it is reported as an `Issue` with its 1-based line and the reason, and skipped; with
+  `strict=True` the first one raises `DataError` naming `file:line`. A source with no usable row at all is a
+  `DataError`.
 - `build_datasets` splits every row (`talktosolve.split`), records each row's eligibility, and draws the problems
   with `random.Random(seed)` among the eligible ones (a sample, then kept in source order), separately per
   split, so the choice is the same on every machine. Too few eligible problems is a `DataError`. Every file is
@@ -138,11 +139,14 @@ def _check_row(obj: Any) -> tuple[str, str, str]:
 
 def _jsonl_rows(path: Path):
     """Yield (line, parsed object or DataError) for each non-blank line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e})") from None
-    for line, raw in enumerate(text.splitlines(), start=1):
+    # Lines are cut as bytes (at \n, \r\n or \r, as editors number them) and decoded one by one, so a line that
+    # is not UTF-8 is one malformed row rather than a file refused whole.
+    for line, raw_bytes in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            raw = raw_bytes.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield line, DataError(f"not UTF-8 text: byte {raw_bytes[e.start]:#04x} at column {e.start + 1}")
+            continue
         if not raw.strip():
             continue
         try:

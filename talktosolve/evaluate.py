@@ -61,7 +61,8 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     out_dir = Path(out_dir)
     key = eval_key(cfg, arm, seats)
     if is_current(out_dir, key):
-        return read_json(out_dir / "summary.json")
+        # Named as this call names them: a moved or copied folder's summary holds the old paths.
+        return {**read_json(out_dir / "summary.json"), "seats": {seat: path or "base" for seat, path in seats.items()}}
     e = cfg.eval
     problems = problems[: e.n_problems]
     device = resolve_device(cfg.device)
@@ -80,14 +81,16 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     began = time.perf_counter()
     per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []
-    bar = tqdm(total=len(problems), desc=label, disable=not progress, dynamic_ncols=True)
+    # Counted in messages, turn by turn: one batch can be the whole evaluation.
+    bar = tqdm(total=len(problems) * e.chats_per_problem * protocol.n_turns, desc=label, unit="msg",
+               disable=not progress, dynamic_ncols=True)
     for b, i in enumerate(range(0, len(problems), per_batch)):
         batch = problems[i:i + per_batch]
         played = play_chats(batch, ARMS[arm], players, protocol, cfg.chat, chats_per_problem=e.chats_per_problem,
-                            seed=e.seed * 1_000_003 + b)
+                            seed=e.seed * 1_000_003 + b,
+                            progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
         reward.score_chats(played, protocol)
         chats += played
-        bar.update(len(batch))
     bar.close()
     transcripts = [c.transcript() for c in chats]
     summary = summarize(chats, transcripts, e.chats_per_problem, protocol)

@@ -1,6 +1,6 @@
 """Grading a copy's final answer against the gold answer: the LAST `\\boxed{...}` only, bounded time.
 
-Rules (SPEC section 1, "reward"):
+Rules (the team reward is the mean of the two copies' grades):
 
 * The answer is the content of the last `\\boxed{...}` (also `\\boxed {...}` and `\\fbox{...}`) whose braces
   balance; escape pairs (`\\{`, `\\}`, `\\\\`) are not braces. If the last box never closes, the last one that
@@ -10,12 +10,19 @@ Rules (SPEC section 1, "reward"):
   unwraps `\\text{..}`, `\\textbf{..}`, `\\mathrm{..}`, `\\mbox{..}`, removes `$`, `\\$`, `%`, `\\%`, LaTeX spaces, a
   leading `=`, thousands commas (`1,000`, `1{,}000`), trailing words after the number (units: `72 dollars`,
   `5 kg`) and a trailing `.`.
+* Magnitude fast path: content holding a number whose magnitude passes 10^100 or falls below 10^-100 (a power,
+  a factorial, a scientific numeral, a long run of digits: `talktosolve.magnitude`) is wrong without a look. No
+  GSM8K answer comes near, and math-verify (sympy) can spend seconds, or forever, computing `9^{9^{9^{9^9}}}`
+  or `10^{10^{100}}` exactly; so these never wait for a worker, not even for its start.
 * Anything else goes to math-verify: `verify(parse("$" + gold + "$"), parse("\\boxed{" + content + "}"))`, with
   its own SIGALRM timeouts switched off (`parsing_timeout=None`, `timeout_seconds=None`): SIGALRM only works on
   the main thread. Time is bounded here instead: boxed content (or gold) over `MAX_BOXED_CHARS` is wrong without
   a look, and math-verify runs in a worker process (`python -c`, importing only math-verify); a comparison that
-  takes longer than `timeout` seconds is wrong, its worker is killed and a fresh one starts at once. A worker
-  that cannot start (math-verify missing) makes every non-numeric answer wrong, with one warning. Any thread.
+  takes longer than `timeout` seconds is wrong and its worker is killed. A spare worker, started with the first
+  and after every kill, takes the killed one's place, so the next comparison does not wait for a start (unless
+  kills come faster than a worker starts); only a process's first comparison waits for the first worker to
+  import math-verify. A worker that cannot start (math-verify missing) makes every non-numeric answer wrong,
+  with one warning. Any thread.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from talktosolve.magnitude import beyond_any_answer
 from talktosolve.numbers import canonical
 
 log = logging.getLogger(__name__)
@@ -135,8 +143,8 @@ for line in sys.stdin:
 class _Worker:
     """One math-verify process, a thread reading its replies, and how many comparisons it has done.
 
-    Starting one does not wait for it: a replacement is started as soon as a worker is killed, so it imports
-    math-verify while the caller goes on, and the next comparison rarely pays the start-up.
+    Starting one does not wait for it. A spare is started with the first worker and after every kill, so a
+    killed worker's place is taken at once by one that has been importing math-verify meanwhile.
     """
 
     def __init__(self) -> None:
@@ -186,23 +194,34 @@ class _Worker:
 
 _lock = threading.Lock()
 _worker: _Worker | None = None
+_spare: _Worker | None = None
 _start_failed = False
 
 
+def _next_worker() -> _Worker:
+    """The spare (started with the worker before, so it has had time to import math-verify), or a fresh worker
+    if there is none yet; a new spare starts behind it."""
+    global _spare
+    worker = _spare or _Worker()
+    _spare = _Worker()
+    return worker
+
+
 def _replace_worker() -> None:
-    """Kill the current worker (if any) and start its replacement now, without waiting for it."""
+    """Kill the current worker (if any) and put the spare in its place."""
     global _worker
     if _worker is not None:
         _worker.kill()
-    _worker = _Worker()
+    _worker = _next_worker()
 
 
 def _shutdown() -> None:
-    global _worker
+    global _worker, _spare
     with _lock:
-        if _worker is not None:
-            _worker.kill()
-            _worker = None
+        for w in (_worker, _spare):
+            if w is not None:
+                w.kill()
+        _worker = _spare = None
 
 
 atexit.register(_shutdown)
@@ -219,7 +238,7 @@ def _verify_pairs(pairs: list[tuple[str, str]], timeout: float) -> list[bool]:
                 return results  # no math-verify here: only the fast path can say True
             try:
                 if _worker is None:
-                    _worker = _Worker()
+                    _worker = _next_worker()
                 _worker.wait_ready()
             except Exception as exc:
                 _worker = None
@@ -258,7 +277,7 @@ def _needs_worker(final_message: str, gold: str) -> tuple[bool | None, str | Non
     fast = _fast(boxed, gold)
     if fast is not None:
         return fast, boxed
-    if len(boxed) > MAX_BOXED_CHARS or len(gold) > MAX_BOXED_CHARS:
+    if len(boxed) > MAX_BOXED_CHARS or len(gold) > MAX_BOXED_CHARS or beyond_any_answer(boxed):
         return False, boxed
     return None, boxed
 

@@ -14,7 +14,7 @@ the team's protocol, N seats):
 so grad L = -(1/N) sum_m A_m sum_t grad log pi(y_{m,t}). One update per batch (on-policy), so the PPO ratio is 1
 and the clip never acts: we drop it rather than compute a no-op. No KL term, no reference model.
 
-Departures from textbook GRPO (Shao et al. 2024), all from the recipe:
+Departures from textbook GRPO (Shao et al. 2024), all from the recipe (Park et al., arXiv:2502.18439):
 - no division of the advantage by the group's standard deviation (it over-weights near-uniform groups);
 - no KL penalty, one on-policy update per batch (no ratio clipping needed);
 - the loss is normalised by the step's total generated-token count N (token-level, as DAPO and TRL's

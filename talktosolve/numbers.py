@@ -1,6 +1,6 @@
 """Numbers written in digits, read out of free text, compared as values.
 
-SPEC section 1: a *number* is a numeral written in digits (`16`, `3.5`, `$1,000`, `20%`, `5kg`); `3/4` holds 3
+A *number* is a numeral written in digits (`16`, `3.5`, `$1,000`, `20%`, `5kg`); `3/4` holds 3
 and 4; number words (`three`) do not count. Values are compared canonically, so `1,000` = `1000` and
 `3.50` = `3.5`. Pure Python, no torch: the splitter, the talk metrics and the grader's fast path all read numbers
 here, so they agree on what a number is.

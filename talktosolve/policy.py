@@ -24,7 +24,10 @@ class ModelError(RuntimeError):
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ModelError(f"device `{name}` is not a device torch knows; use auto, cpu, cuda or cuda:N.") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelError(f"device `{name}` asked for, but torch sees no CUDA GPU. Use `--set device=cpu`.")
     return device

@@ -1,6 +1,6 @@
 """The chat-vs-cut comparison: a paired delta with an interval for problem sampling AND seed spread.
 
-SPEC section 1 ("comparison") and section 5 (`paired_delta`). Pure Python + numpy; no scipy, no torch.
+Pure Python + numpy; no scipy, no torch.
 
 Data. ``chat[s, p]`` and ``cut[s, p]`` are per-problem scores in [0, 1] (the mean of the 4 graded answers) for
 training seed ``s`` (rows) on held-out problem ``p`` (columns). Both arms hold the same problems in the same
@@ -36,7 +36,7 @@ one arm's 2-df seed term dominates), 0.955-0.98 for small or zero seed effects; 
 when seeds differ. tests/test_stats.py re-measures this.
 The interval is finally clipped to the feasible range ([-1, 1] for a delta, [0, 1] for a mean); the clip can
 only remove values the truth cannot take. The method is analytic: ``seed`` is accepted for the stable API
-(SPEC section 5) and does not change the result.
+(`talktosolve.paired_delta`) and does not change the result.
 
 One seed in an arm. Its between-seed variance cannot be estimated. If both arms have one seed the interval is
 the problem-only paired t interval (method ``"problem-only"``); if one arm has >= 2 seeds its seed term is kept

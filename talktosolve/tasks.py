@@ -23,13 +23,13 @@ def _is_built(folder: Path) -> bool:
     first = folder / "train.jsonl"
     if not first.is_file():
         return False
-    with open(first, encoding="utf-8") as f:
+    with open(first, "rb") as f:
         line = f.readline()
     try:
-        record = json.loads(line)
-        return isinstance(record, dict) and ("facts" in record or "facts_a" in record)
-    except json.JSONDecodeError:
+        first_row = json.loads(line.decode("utf-8"))
+    except ValueError:  # bad JSON or not UTF-8: raw GSM8K at best, whose rows data.py checks one by one
         return False
+    return isinstance(first_row, dict) and ("facts" in first_row or "facts_a" in first_row)
 
 
 def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Problem], list[Problem], dict | None]:

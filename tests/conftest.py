@@ -1,7 +1,11 @@
-"""Shared fixtures: the assets beside the project (skipped when absent) and a tiny random Qwen2 model."""
+"""Shared fixtures: the assets beside the project (skipped when absent), a tiny random Qwen2 model, and one run
+of the tiny recipe on it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,3 +47,25 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     Qwen2ForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@dataclass
+class RecipeRun:
+    out: Path
+    """The recipe folder: share it, never change it (copy it first)."""
+    printed: str
+    """What the command printed."""
+
+
+@pytest.fixture(scope="session")
+def tiny_recipe(tiny_model_dir, tmp_path_factory) -> RecipeRun:
+    """`talktosolve recipe --preset tiny` on the tiny model, run once for every test that reads a recipe folder."""
+    from talktosolve.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-recipe") / "rec"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["recipe", "--preset", "tiny", "--out", str(out), "--quiet",
+                     "--set", f"model.name_or_path={tiny_model_dir}"])
+    assert code == 0
+    return RecipeRun(out, printed.getvalue())

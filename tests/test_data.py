@@ -75,6 +75,30 @@ def test_malformed_rows_are_reported_with_lines(tmp_path):
         load_gsm8k(path, "train", strict=True)
 
 
+def test_a_line_that_is_not_utf8_is_one_malformed_row(tmp_path, gsm):
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(json.dumps(row(0)).encode() + b"\n" + b'{"question": "Tom has \xff apples."}\n'
+                     + json.dumps(row(1)).encode() + b"\n")
+    rows, issues = load_gsm8k(path, "train")
+    assert [r["line"] for r in rows] == [1, 3]
+    assert [(i.line, i.index) for i in issues] == [(2, 1)]
+    assert "not UTF-8" in issues[0].reason and "0xff" in issues[0].reason
+    with pytest.raises(DataError, match=r"train\.jsonl:2: not UTF-8"):
+        load_gsm8k(path, "train", strict=True)
+
+    with open(gsm / "train.jsonl", "ab") as f:
+        f.write(b"\xc3\x28 latin-1 or worse\n")
+    summary = build_datasets(gsm, tmp_path / "out", n_train=2, n_test=2)
+    assert summary["splits"]["train"]["malformed"][0]["line"] == 15
+    with pytest.raises(DataError, match=r"train\.jsonl:15: not UTF-8"):
+        build_datasets(gsm, tmp_path / "strict", n_train=2, n_test=2, strict=True)
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_bytes(b"\xff\n")
+    with pytest.raises(DataError, match=r"problems\.jsonl:1: not UTF-8"):
+        read_problems(problems)
+
+
 def test_empty_and_wrong_fields_are_clear_errors(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
@@ -289,3 +313,16 @@ def test_real_gsm8k(tmp_path):
         s = summary["splits"][split]
         assert s["rows"] == n and not s["malformed"]
         assert sum(s["by_reason"].values()) == n and s["by_reason"]["ok"] == s["eligible"]
+
+
+def test_a_first_line_that_is_not_utf8_leaves_a_folder_read_as_raw_gsm8k(tmp_path, gsm):
+    from talktosolve.config import make_config
+    from talktosolve.tasks import load_problems
+
+    train = gsm / "train.jsonl"
+    train.write_bytes(b"\xff\n" + train.read_bytes())
+    cfg = make_config(None, {"data": {"gsm8k": str(gsm), "n_train": 2, "n_test": 2}, "eval": {"n_problems": 2},
+                             "train": {"problems_per_step": 2}})
+    train_set, test_set, summary = load_problems(cfg, tmp_path / "data")
+    assert len(train_set) == 2 and len(test_set) == 2
+    assert summary["splits"]["train"]["malformed"][0]["line"] == 1

@@ -174,9 +174,45 @@ def test_hostile_bounded_in_thread(final, gold):
     assert seconds < BOUND, f"{seconds:.2f}s"
 
 
+# Numbers no GSM8K answer comes near, which math-verify would compute exactly: the fast path says wrong at once.
+BEYOND = [r"9^{9^{9^{9^{9}}}}", r"10^{10^{100}}", r"9^{9^{9}}", r"2^{2^{2^{2^{2^{2}}}}}", r"10^{10^{10}}",
+          r"\left(9^{9}\right)^{9^{9}}", r"1^{9^{9^{9}}}", r"e^{e^{e^{100}}}", r"10^{-10^{100}}", r"10^{9^{9}+1}",
+          r"2^{3 \times 10^{3}}", r"(10^{10})!", r"100000!", r"1 \times 10^{99999999}", r"\sqrt{10^{10^{100}}}",
+          r"1e99999999", "9" * 500]
+
+
+@pytest.mark.parametrize("boxed", BEYOND, ids=lambda v: v[:24])
+def test_numbers_beyond_any_answer_are_wrong_in_the_bound_with_a_cold_worker(boxed):
+    import talktosolve.grading as grading
+
+    grading._shutdown()  # a comparison now would have to start a worker first
+    result, seconds = timed(grade_answer, rf"\boxed{{{boxed}}}", "1")
+    assert result is False
+    assert seconds < grading.DEFAULT_TIMEOUT, f"{seconds:.2f}s"
+    assert grading._worker is None, "decided without a worker"
+
+
+# Not beyond any answer, but math-verify computes them for longer than TIMEOUT: each one's worker is killed.
+SLOW = [r"\prod_{k=1}^{1000000} k", r"\sum_{k=1}^{100000} k^{k}"]
+
+
 def test_after_a_timeout_the_grader_still_works():
-    assert grade_answer(r"\boxed{10^{10^{100}}}", "1", timeout=TIMEOUT) is False
+    assert grade_answer(rf"\boxed{{{SLOW[0]}}}", "1", timeout=TIMEOUT) is False
     assert grade_answer(r"\boxed{\frac{1}{2}}", "0.5", timeout=10.0) is True
+
+
+def test_a_timeout_does_not_make_the_next_comparison_wait_for_a_worker_to_start():
+    import talktosolve.grading as grading
+
+    grading._shutdown()
+    killed = []
+    for slow in SLOW:
+        before = grading._worker
+        result, seconds = timed(grade_answer, rf"\boxed{{{slow}}}", "1", timeout=TIMEOUT)
+        assert result is False and grading._worker is not before, "the comparison timed out, its worker killed"
+        killed.append(seconds)
+    # The first one waited for the first worker's start; the second found a spare that had started with it.
+    assert killed[1] < TIMEOUT + 0.5, f"{killed[1]:.2f}s"
 
 
 def test_hostile_batch_keeps_the_rest():

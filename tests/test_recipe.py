@@ -1,7 +1,11 @@
 """The whole recipe end to end on a tiny model: schema-valid results.json (v2), report and plots; a rerun skips
-all; the transcript check catches leaks."""
+all; a changed setting redoes only what it affects; the transcript check catches leaks; one arm alone.
+
+The tests that read a finished recipe share one run (`tiny_recipe`, conftest.py) and change only copies of it.
+"""
 
 import json
+import shutil
 
 import pytest
 
@@ -18,10 +22,13 @@ def recipe(model_dir, out, *extra):
     return main(args)
 
 
-def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, capsys):
-    out = tmp_path / "rec"
-    assert recipe(tiny_model_dir, out) == 0
-    printed = capsys.readouterr().out
+def copy_of(run, tmp_path):
+    shutil.copytree(run.out, tmp_path / "rec")
+    return tmp_path / "rec"
+
+
+def test_recipe_writes_valid_results_report_and_plots(tiny_recipe):
+    out, printed = tiny_recipe.out, tiny_recipe.printed
     assert "delta chat - cut" in printed and "checks:" in printed
     results = json.loads((out / "results.json").read_text())
     validate_results(results)
@@ -55,7 +62,12 @@ def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, 
         assert (out / name).stat().st_size > 0
     assert (out / "plots/accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert comp["delta"] == pytest.approx(results["arms"]["chat"]["accuracy"] - results["arms"]["cut"]["accuracy"])
-    # Rerun: every stage is current under the same config, so nothing is trained or evaluated again.
+
+
+def test_rerun_skips_every_stage(tiny_model_dir, tiny_recipe, tmp_path):
+    out = copy_of(tiny_recipe, tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    # Every stage is current under the same config, so nothing is trained or evaluated again.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.suffix in (".jsonl", ".safetensors")
               or p.name == "summary.json"}
     assert recipe(tiny_model_dir, out) == 0
@@ -64,9 +76,8 @@ def test_recipe_end_to_end_and_rerun_skips_everything(tiny_model_dir, tmp_path, 
     assert again["evals"] == results["evals"] and again["comparisons"] == results["comparisons"]
 
 
-def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
-    out = tmp_path / "rec"
-    assert recipe(tiny_model_dir, out) == 0
+def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tiny_recipe, tmp_path):
+    out = copy_of(tiny_recipe, tmp_path)
     train_log = out / "runs" / "chat-s0" / "metrics.jsonl"
     before = train_log.stat().st_mtime_ns
     base_eval = out / "evals" / "base-chat" / "summary.json"
@@ -77,7 +88,7 @@ def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tmp_path):
     assert json.loads(base_eval.read_text())["key"] != base_before
 
 
-def test_views_check_catches_a_leak(tiny_model_dir, tmp_path):
+def test_views_check_catches_a_leak(tiny_recipe, tmp_path):
     """`views_respect_arms` holds on the recipe's own transcripts of every arm, and fails on each kind of leak: a
     cut seat shown a partner's message, a hand holding a fact its arm does not deal it, a chat transcript
     claiming the cut arm."""
@@ -88,8 +99,7 @@ def test_views_check_catches_a_leak(tiny_model_dir, tmp_path):
     from talktosolve.recipe import views_respect_arms
     from talktosolve.store import read_jsonl, write_text
 
-    out = tmp_path / "rec"
-    assert recipe(tiny_model_dir, out) == 0
+    out = tiny_recipe.out
     cfg = make_config("tiny")
     protocol = protocol_of(cfg.chat)
     cut, chat = out / "evals" / "base-cut" / "chats.jsonl", out / "evals" / "base-chat" / "chats.jsonl"

@@ -1,4 +1,4 @@
-"""Bad input gets a clear error and leaves no partial result (issue 5)."""
+"""Bad input gets a clear error and leaves no partial result."""
 
 import errno
 import json
@@ -9,8 +9,6 @@ import torch
 from talktosolve.cli import main
 from talktosolve.config import ConfigError, make_config, parse_overrides
 from talktosolve.store import read_jsonl, truncate_jsonl, write_json
-
-pytestmark = pytest.mark.slow
 
 SMALL = ["data.n_train=16", "data.n_test=8", "train.steps=2", "train.problems_per_step=2", "train.checkpoint_every=1",
          "chat.max_message_tokens=6", "chat.max_final_tokens=5", "eval.n_problems=4", "eval.batch_chats=8",
@@ -53,14 +51,22 @@ def test_impossible_settings_fail_before_any_work(override, message):
         make_config(None, override)
 
 
-@pytest.mark.parametrize("seat, message", [("C=somewhere", "no seat C in this protocol"),
-                                           ("C", "expected SEAT=FOLDER")])
-def test_eval_of_a_seat_the_protocol_lacks_is_a_clear_error(tmp_path, capsys, seat, message):
-    code = main(["eval", "--preset", "tiny", "--seat", seat, "--out", str(tmp_path / "ev"), "--quiet"])
-    assert code == 2 and message in capsys.readouterr().err
-    assert not (tmp_path / "ev" / "summary.json").exists()
+def test_eval_seat_without_a_folder_is_a_clear_error(tmp_path, capsys):
+    code = main(["eval", "--preset", "tiny", "--seat", "C", "--out", str(tmp_path / "ev"), "--quiet"])
+    assert code == 2 and "expected SEAT=FOLDER" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()
 
 
+def test_evaluating_a_seat_the_protocol_lacks_fails_before_loading_anything(tmp_path):
+    from talktosolve.config import ConfigError, make_config
+    from talktosolve.evaluate import evaluate
+
+    with pytest.raises(ConfigError, match="no seat C in this protocol"):
+        evaluate(make_config("tiny"), [], tmp_path / "ev", seats={"C": str(tmp_path)})
+    assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.slow
 def test_token_limit_beyond_the_context_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(train_args(tiny_model_dir, out, ["chat.max_final_tokens=100000"])) == 2
@@ -74,6 +80,7 @@ def test_unknown_model_is_a_clear_error(tmp_path, capsys, monkeypatch):
     assert "Cannot load" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_adapter_that_does_not_fit_the_base(tiny_model_dir, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(train_args(tiny_model_dir, run)) == 0
@@ -91,6 +98,7 @@ def test_adapter_that_does_not_fit_the_base(tiny_model_dir, tmp_path, capsys):
     assert not (tmp_path / "ev" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_pickled_adapter_is_refused(tiny_model_dir, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(train_args(tiny_model_dir, run)) == 0
@@ -100,6 +108,7 @@ def test_pickled_adapter_is_refused(tiny_model_dir, tmp_path, capsys):
     assert code == 2 and "only as safetensors" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import talktosolve.train as train_mod
     from talktosolve.grpo import NonFiniteLoss
@@ -125,6 +134,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_model_dir, tmp_p
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [0, 1]
 
 
+@pytest.mark.slow
 def test_gpu_out_of_memory_names_the_setting(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import talktosolve.train as train_mod
 
@@ -152,6 +162,7 @@ def test_full_disk_leaves_no_partial_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
+@pytest.mark.slow
 def test_full_disk_in_the_cli_says_what_to_do(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import talktosolve.train as train_mod
 

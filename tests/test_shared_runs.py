@@ -14,8 +14,6 @@ from talktosolve.store import read_jsonl
 from talktosolve.tasks import load_problems
 from talktosolve.train import train_runs
 
-pytestmark = pytest.mark.slow
-
 
 def config(model_dir, **train):
     return make_config("micro", {
@@ -42,6 +40,7 @@ def rewards_by_arm(monkeypatch):
     monkeypatch.setattr(talktosolve.reward, "score_chats", score)
 
 
+@pytest.mark.slow
 def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_path, monkeypatch):
     rewards_by_arm(monkeypatch)
     cfg = config(tiny_model_dir, lr=1e-2)
@@ -71,6 +70,7 @@ def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_pat
     assert [(out / "metrics.jsonl").read_bytes() for *_, out in runs] == before
 
 
+@pytest.mark.slow
 def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_path, monkeypatch):
     """Stopped after step 1 (checkpoints at 1), then rerun to 2 steps: the same folders as an uninterrupted run;
     the same after a kill between the runs' checkpoints of a step. And a run whose checkpoint is ahead of a

@@ -94,7 +94,10 @@ def test_ask():
     [
         (r"\boxed{72}", r"\boxed{72.0}", True),
         (r"\boxed{\$1,000}", r"\boxed{1000}", True),
-        (r"\boxed{\frac{1}{2}}", r"\boxed{ \frac{1}{2} }", True),
+        (r"\boxed{\frac{1}{2}}", r"\boxed{\frac{1}{2}}", False),  # not a number: never agrees
+        (r"\boxed{}", r"\boxed{}", False),
+        (r"\boxed{ }", r"\boxed{}", False),
+        (r"\boxed{abc}", r"\boxed{abc}", False),
         (r"\boxed{72}", r"\boxed{71}", False),
         (r"\boxed{72}", "72", False),
         ("72", "72", False),
@@ -103,7 +106,7 @@ def test_ask():
         (r"\boxed{x}", r"\boxed{x}", False),  # nor do two equal non-numeric boxes
     ],
 )
-def test_agree(final_a, final_b, agree):
+def test_agree_means_equal_boxed_numbers(final_a, final_b, agree):
     assert talk_metrics(FACTS_A, FACTS_B, QUESTION, chat("", "", final_a, final_b))["agree"] is agree
 
 
