@@ -11,9 +11,9 @@ A chat is the messages of a protocol's turns (`protocol.Protocol`); each seat's 
   seat's final turn), the share in its own final message.
 * **ask**: its first message contains `?`.
 * **chars**: total characters of its messages.
-* **agree** (the team): every seat's final message boxes a numeric answer (`grading.last_boxed`) and the answers
-  are all equal: as numbers (`grading.numeric_value`) where they read as numbers, else as stripped text holding a
-  digit (`\\frac{1}{2}`). An empty or wordy box never agrees.
+* **agree** (the team): every seat's final message boxes a number (`grading.last_boxed`, read by
+  `grading.numeric_value`) and the numbers are all equal. An empty or non-numeric box never agrees: seats that
+  fail to give a number have not agreed on an answer.
 
 Counting is by the protocol's turn order, not the arm: a number written before a partner's final is *sent*
 whether or not the arm delivers it (in the cut arm, send measures what a seat says, use what its partners could
@@ -57,22 +57,10 @@ def _share(part: set[str], whole: set[str]) -> float | None:
     return len(part & whole) / len(whole) if whole else None
 
 
-def _answer_value(box: str | None) -> str | None:
-    """A boxed answer as a comparable value: its canonical number (`72.0` = `72`, `$1,000` = `1000`), else, for an
-    expression that holds a digit (`\\frac{1}{2}`), its stripped text; None for an empty or wordy box."""
-    if box is None:
-        return None
-    number = numeric_value(box)
-    if number is not None:
-        return number
-    text = box.strip()
-    return text if any(ch.isdigit() for ch in text) else None
-
-
 def agree(finals: Sequence[str]) -> bool:
-    """Every final message boxes a numeric answer, and all those answers are equal."""
-    values = [_answer_value(last_boxed(text)) for text in finals]
-    return all(v is not None for v in values) and len(set(values)) == 1
+    """Every final message boxes a number, and all those numbers are equal."""
+    values = [numeric_value(box) if box is not None else None for box in map(last_boxed, finals)]
+    return all(v is not None for v in values) and len(set(values)) == 1  # canonical strings: equal values, equal text
 
 
 def team_talk(hands: Mapping[str, Sequence[str]], question: str, messages: Sequence[str], protocol: Protocol) -> dict:

