@@ -24,6 +24,17 @@ DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM"
 """The start of the system prompt SmolLM2's template writes when a chat has none of its own."""
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread for this tier: decode steps of a 135M model at batch 4 gain nothing from a second thread,
+    and on cores shared with other processes they lose most of their speed waiting for it (the greedy chats below
+    took 60 s with two threads against 13 s with one, on a loaded 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def end_of_turn(tok) -> str:
     """What the template writes right after an assistant message: its end-of-turn token."""
     text = tok.apply_chat_template([{"role": "user", "content": "u"}, {"role": "assistant", "content": "MARK"}],
