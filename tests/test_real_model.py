@@ -5,6 +5,7 @@ what random weights and the micro model never show. The model is loaded once per
 
 import copy
 import json
+import warnings
 
 import pytest
 import torch
@@ -153,7 +154,7 @@ def test_two_training_steps_change_the_adapter_and_resume_exactly(smollm2, smoll
     import talktosolve.train
     from safetensors.torch import load_file
 
-    from talktosolve.policy import ModelError, load_player_model
+    from talktosolve.policy import ModelError, load_player_model, load_policy_weights
     from talktosolve.train import train
 
     _, tok, model = smollm2
@@ -168,11 +169,16 @@ def test_two_training_steps_change_the_adapter_and_resume_exactly(smollm2, smoll
     })
     problems = make_problems("train", 8, seed=0)
     run = tmp_path / "run"
-    train(cfg, "chat", 0, run, problems, progress=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        train(cfg, "chat", 0, run, problems, progress=False)
+    assert not [w for w in seen if "config file" in str(w.message)], "no warning about the GGUF base's files"
     whole = load_file(str(run / "final" / "adapter_model.safetensors"))
     assert any(t.abs().max() > 0 for k, t in whole.items() if "lora_B" in k), "LoRA B starts at zero and must move"
     base = json.loads((run / "final" / "adapter_config.json").read_text())["base_model_name_or_path"]
     assert base == str(smollm2_gguf)
+    loaded = load_policy_weights(copy.deepcopy(model), run / "final", cfg.model)  # over its own base: it fits
+    assert any(n.endswith("lora_B.default.weight") and p.abs().max() > 0 for n, p in loaded.named_parameters())
 
     (run / "done.json").unlink()  # as if killed after step 1's checkpoint
     shutil.rmtree(run / "final")
