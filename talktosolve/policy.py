@@ -136,8 +136,8 @@ def load_base(cfg: ModelConfig, device: torch.device):
     if gguf is not None:
         from transformers import GgufConfig
 
-        # Dequantized explicitly: with the `kernels` package installed transformers would keep the weights
-        # packed in its own GGUF layers, which neither LoRA nor the fast engine can read.
+        # Dequantized explicitly: for the architectures it can, transformers keeps the weights packed in its own
+        # GGUF layers when the `kernels` package is installed, and neither LoRA nor the fast engine reads those.
         source, where = str(gguf.parent), {"gguf_file": gguf.name, "quantization_config": GgufConfig(dequantize=True)}
     else:
         source, where = path, {"use_safetensors": True}
