@@ -189,3 +189,28 @@ def test_two_training_steps_change_the_adapter_and_resume_exactly(smollm2, smoll
 
     with pytest.raises(ModelError, match="does not fit the base model"):
         load_player_model(make_config("micro"), run, torch.device("cpu"))
+
+
+def test_full_fine_tuning_of_the_gguf_base_saves_weights_that_load_over_it(smollm2, smollm2_gguf, tmp_path,
+                                                                          monkeypatch):
+    import talktosolve.rollout
+    import talktosolve.train
+
+    from talktosolve.policy import load_policy_weights
+    from talktosolve.train import train
+
+    _, tok, model = smollm2
+    monkeypatch.setattr(talktosolve.rollout, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
+    monkeypatch.setattr(talktosolve.train, "load_tokenizer", lambda cfg: tok)
+    monkeypatch.setattr(talktosolve.train, "load_base", lambda cfg, device: copy.deepcopy(model))
+    cfg = make_config("micro", {
+        "model": {"name_or_path": str(smollm2_gguf), "finetune": "full"},
+        "chat": {"max_message_tokens": 8, "max_final_tokens": 8},
+        "train": {"steps": 1, "problems_per_step": 1, "chats_per_problem": 2, "lr": 1e-4},
+    })
+    run = tmp_path / "run"
+    train(cfg, "chat", 0, run, make_problems("train", 8, seed=0), progress=False)
+    assert json.loads((run / "final" / "talktosolve_full.json").read_text()) == {"base": str(smollm2_gguf)}
+    loaded = load_policy_weights(copy.deepcopy(model), run / "final", cfg.model)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(loaded.get_parameter(q), model.get_parameter(q)), "every weight is trained"
