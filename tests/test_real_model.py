@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from test_fast_engine import hf_greedy
+from test_natural_stops import hf_greedy
 
 from talktosolve.chat import NO_MESSAGE, Seat, max_tokens, render_view, view
 from talktosolve.config import make_config
