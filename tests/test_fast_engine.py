@@ -283,13 +283,13 @@ def _lora_model(r=4, layers=2, device="cpu", dtype=torch.float32):
                           LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear"))
 
 
-def _set_adapter_weights(model, seed):
+def _set_adapter_weights(model, seed, scale=0.3):
     """Fill the live adapter with run `seed`'s weights (both A and B, so every LoRA term matters)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "lora_" in n:
-                p.copy_(torch.randn(p.shape, generator=g).to(p) * 0.3)
+                p.copy_(torch.randn(p.shape, generator=g).to(p) * scale)
 
 
 def check_slots(model, device, atol):
