@@ -2,16 +2,12 @@
 
 Both copies are the same model, so one adapter serves A and B. Loading is strict about safety: weights and
 adapters are read as safetensors only, and `trust_remote_code` stays off unless the config turns it on.
-<<<<<<< HEAD
 A model name `micro` or `micro-teams` means one of the project's own micro bases (`talktosolve.micro.base`).
-=======
-A model name `micro` means the project's own micro base (`talktosolve.micro.base`).
 
 A GGUF checkpoint (a `.gguf` file, or a folder holding one and no `config.json`) is read by transformers with
 the `gguf` package (the `gguf` extra): every weight is dequantized to the configured dtype, so LoRA, full
 fine-tuning and the fast engine see an ordinary model, and the tokenizer and chat template come from the same
 file. The model then names the GGUF file as its path, which PEFT records as a saved adapter's base.
->>>>>>> main
 """
 
 from __future__ import annotations
