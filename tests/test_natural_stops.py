@@ -29,11 +29,12 @@ def check_natural_stops(device, slots=0, **engine_options):
     many blocks, each through its own adapter, and each is compared under its own adapter. Returns the engine."""
     from peft import LoraConfig, get_peft_model
 
-    from talktosolve.chat import max_tokens
+    from talktosolve.arms import ARMS
     from talktosolve.config import make_config
     from talktosolve.micro.base import load_micro_base
     from talktosolve.micro.task import make_problems
     from talktosolve.policy import stop_ids
+    from talktosolve.protocol import protocol_of
     from talktosolve.rollout import Player, play_chats
 
     chat = make_config("micro").chat
@@ -47,18 +48,19 @@ def check_natural_stops(device, slots=0, **engine_options):
         _set_adapter_weights(model, 20 + j, scale=0.05)
         engine.store_adapter(j)
     player = Player(engine, tok, slots=slots)
-    chats = play_chats(make_problems("test", 8, seed=0), "chat", (player, player), chat, chats_per_problem=1,
-                       seed=0)
+    protocol = protocol_of(chat)
+    chats = play_chats(make_problems("test", 8, seed=0), ARMS["chat"], {s: player for s in protocol.seats}, protocol,
+                       chat, chats_per_problem=1, seed=0)
     block = len(chats) // max(slots, 1)
     uneven = 0
     for j in range(0, len(chats), block):
         if slots:
             _set_adapter_weights(model, 20 + j // block, scale=0.05)
-        for i in range(4):
+        for i in range(protocol.n_turns):
             turns = [c.turns[i] for c in chats[j:j + block]]
             rows = [t.completion_ids for t in turns]
             uneven += len({len(r) for r in rows}) > 1 and any(r[-1] in stops for r in rows)
-            assert rows == hf_greedy(model, [t.prompt_ids for t in turns], max_tokens(i, chat), stops)
+            assert rows == hf_greedy(model, [t.prompt_ids for t in turns], protocol.max_tokens(i), stops)
     assert uneven, "in some batch a row stopped while another went on"
     if slots:
         firsts = [tuple(c.turns[0].completion_ids) for c in chats]

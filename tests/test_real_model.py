@@ -11,7 +11,9 @@ import pytest
 import torch
 from test_natural_stops import hf_greedy
 
-from talktosolve.chat import NO_MESSAGE, Seat, max_tokens, render_view, view
+from talktosolve.arms import ARMS
+from talktosolve.chat import NO_MESSAGE, Seat, render_view, view
+from talktosolve.protocol import protocol_of
 from talktosolve.config import make_config
 from talktosolve.fast_engine import StaticEngine
 from talktosolve.grpo import Sample, _pad_right, token_logprobs
@@ -49,8 +51,9 @@ def greedy_chats(smollm2):
     cfg, tok, model = smollm2
     engine = StaticEngine(model, stop_ids=stop_ids(tok, model), pad_id=tok.pad_token_id, greedy=True)
     player = Player(engine, tok)
-    chats = play_chats(make_problems("test", 4, seed=0), "chat", (player, player), cfg.chat, chats_per_problem=1,
-                       seed=0)
+    protocol = protocol_of(cfg.chat)
+    chats = play_chats(make_problems("test", 4, seed=0), ARMS["chat"], {s: player for s in protocol.seats}, protocol,
+                       cfg.chat, chats_per_problem=1, seed=0)
     return chats, engine
 
 
@@ -70,13 +73,13 @@ def test_views_render_with_the_models_template_and_the_configured_system_prompt(
     cfg, tok, _ = smollm2
     assert DEFAULT_SYSTEM in render_view(tok, [{"role": "user", "content": "hi"}])
     seat = Seat(["Ann has 3 apples."], "How many apples does Ann have?")
-    text = render_view(tok, view(seat, 2, ["I have 3.", "Me too."], "cut", cfg.chat))
+    text = render_view(tok, view(seat, 2, ["I have 3.", "Me too."], ARMS["cut"], protocol_of(cfg.chat), cfg.chat))
     system = cfg.chat.prompts.system.format(name="A", partner="B")
     assert text.startswith(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n")
     assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
     assert DEFAULT_SYSTEM not in text and NO_MESSAGE in text and "I have 3." in text and "Me too." not in text
     empty = make_config("paper", {"chat": {"prompts": {"system": ""}}}).chat
-    text = render_view(tok, view(seat, 0, [], "chat", empty))
+    text = render_view(tok, view(seat, 0, [], ARMS["chat"], protocol_of(empty), empty))
     assert text.startswith("<|im_start|>system\n<|im_end|>\n") and DEFAULT_SYSTEM not in text
 
 
@@ -91,7 +94,7 @@ def test_a_four_turn_chat_plays_to_natural_stops(greedy_chats, smollm2):
     for c in chats:
         assert len(c.turns) == 4
         for i, t in enumerate(c.turns):
-            limit = max_tokens(i, cfg.chat)
+            limit = protocol_of(cfg.chat).max_tokens(i)
             assert not special & set(t.completion_ids[:-1]), t.completion_ids
             assert t.truncated == (t.completion_ids[-1] not in engine.stop_ids)
             assert len(t.completion_ids) == limit if t.truncated else len(t.completion_ids) <= limit
@@ -125,7 +128,7 @@ def test_fast_engine_greedy_equals_transformers_generate_on_rows_that_stop_at_di
         turns = [c.turns[i] for c in chats]
         rows = [t.completion_ids for t in turns]
         uneven += len({len(r) for r in rows}) > 1 and any(not t.truncated for t in turns)
-        assert rows == hf_greedy(model, [t.prompt_ids for t in turns], max_tokens(i, cfg.chat), engine.stop_ids)
+        assert rows == hf_greedy(model, [t.prompt_ids for t in turns], protocol_of(cfg.chat).max_tokens(i), engine.stop_ids)
     assert uneven, "some batch had a row stop while another went on"
 
 
