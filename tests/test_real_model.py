@@ -152,11 +152,11 @@ def test_sampler_logprobs_equal_the_learners_on_real_weights(greedy_chats, smoll
 def training(smollm2, monkeypatch):
     """`train` on a copy of the session's model (loading the file again would cost 15 s a run), with a stand-in
     grader: SmolLM2 never solves a problem, so every advantage would be 0 and nothing would be learned."""
-    import talktosolve.rollout
+    import talktosolve.reward
     import talktosolve.train
 
     _, tok, model = smollm2
-    monkeypatch.setattr(talktosolve.rollout, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
+    monkeypatch.setattr(talktosolve.reward, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
     monkeypatch.setattr(talktosolve.train, "load_tokenizer", lambda cfg: tok)
     monkeypatch.setattr(talktosolve.train, "load_base", lambda cfg, device: copy.deepcopy(model))
     return talktosolve.train.train
