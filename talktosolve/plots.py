@@ -211,7 +211,7 @@ def plot_cross_play(results: dict) -> bytes:
     handles += [Patch(color=_arm_color(a), label=f"trained team ({a})") for a in arms]
     handles.append(Patch(color=_CROSS_COLOR, label=f"cross-play (trained {first} + base)"))
     handles.append(Patch(color=_OTHERS_COLOR, label=f"other side (base {first} + trained)"))
-    ax.legend(handles=handles, fontsize=8, loc="upper right")
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never on them
     return _png(fig)
 
 
