@@ -260,9 +260,9 @@ def merge_overrides(base: dict, over: dict) -> dict:
     return out
 
 
-def _coerce(text: str, default: Any, hint: str = "") -> Any:
-    """Parse a `--set` value to the type of the field's default (`hint`: the field's annotation, which says what
-    an empty tuple holds)."""
+def _coerce(text: str, default: Any, spec: dataclasses.Field) -> Any:
+    """Parse a `--set` value to the type of the field's default (of its items for a tuple: `_kind`, the rule a
+    preset's values are checked by)."""
     if isinstance(default, bool):
         if text.lower() in ("1", "true", "yes", "on"):
             return True
@@ -272,8 +272,7 @@ def _coerce(text: str, default: Any, hint: str = "") -> Any:
     if text.lower() in ("none", "null") and not isinstance(default, (int, float)):
         return None
     if isinstance(default, tuple):
-        kind = int if "int" in hint else type(default[0]) if default else str
-        return tuple(_parse(t.strip(), kind) for t in text.split(",") if t.strip())
+        return tuple(_parse(t.strip(), _kind(spec, default)) for t in text.split(",") if t.strip())
     if isinstance(default, (int, float)):
         return _parse(text, type(default))
     return text
@@ -295,12 +294,12 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, text = pair.split("=", 1)
         parts = key.strip().split(".")
         obj: Any = Config()
-        hint = ""
+        spec = None
         for i, part in enumerate(parts):
             if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
                 valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
                 raise ConfigError(f"Unknown config key `{key}`.{_closest(part, valid)}")
-            hint = str(next(f.type for f in dataclasses.fields(obj) if f.name == part))
+            spec = next(f for f in dataclasses.fields(obj) if f.name == part)
             obj = getattr(obj, part)
         if dataclasses.is_dataclass(obj):
             fields = ", ".join(f.name for f in dataclasses.fields(obj))
@@ -309,7 +308,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         try:
-            node[parts[-1]] = _coerce(text, obj, hint)
+            node[parts[-1]] = _coerce(text, obj, spec)
         except ConfigError as e:
             raise ConfigError(f"`--set {pair}`: {e}") from None
     return out
