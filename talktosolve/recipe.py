@@ -38,6 +38,7 @@ from talktosolve.evaluate import evaluate
 from talktosolve.stats import mean_ci, paired_delta_report
 from talktosolve.store import read_jsonl, write_json
 from talktosolve.protocol import Protocol, protocol_of
+from talktosolve.results import eval_kind
 from talktosolve.tasks import load_problems, split_checks
 from talktosolve.train import train, train_runs
 
@@ -60,15 +61,11 @@ class EvalSpec:
 
     @property
     def name(self) -> str:
-        """For display and the folder only; nothing reads an evaluation's identity back from it."""
-        first, rest = self.seats[0], set(self.seats[1:])
-        if first is None and rest == {None}:
-            return f"base-{self.arm}"
-        if rest == {first}:
-            return first
-        if rest == {None}:
-            return f"cross-{first}"
-        return f"cross-others-{rest.pop()}" if first is None and len(rest) == 1 else "-".join(map(str, self.seats))
+        """For display and the folder only; nothing reads an evaluation's identity back from it. Its kind is read
+        as results.json's readers read it (`results.eval_kind`)."""
+        kind, run = eval_kind({"seats": {k: run or "base" for k, run in enumerate(self.seats)}})
+        return {"base": f"base-{self.arm}", "team": run, "cross": f"cross-{run}",
+                "cross_others": f"cross-others-{run}"}[kind]
 
 
 def recipe_evals(cfg: Config, protocol: Protocol) -> list[EvalSpec]:
