@@ -96,7 +96,7 @@ def verdict(results: dict) -> str:
     return f"the interval includes 0: no evidence that the {a} and {b} arms differ"
 
 
-def _comparison_line(key: str, comp: dict) -> str:
+def _comparison_line(comp: dict) -> str:
     return f"{comp['a']} − {comp['b']} = {s3(comp['delta'])} {interval(comp['lo'], comp['hi'], signed=True)} (95% interval)"
 
 
@@ -152,7 +152,7 @@ def _sections(results: dict) -> list[tuple]:
     out.append(("h2", "Headline"))
     comps = _comparisons(results)
     for key, comp in comps:
-        out.append(("headline", _comparison_line(key, comp)))
+        out.append(("headline", _comparison_line(comp)))
     out.append(("p", "Verdict: " + verdict(results) + "."))
     for key, comp in comps:
         out.append(("p", f"{key}: paired over the same {comp['n_problems']} held-out problems; {comp['n_seeds_a']} "
