@@ -160,6 +160,16 @@ class EvalConfig:
     300 is a fifth faster but peaks at 53 GB there (`bench/results/gpu_eval-h200-2026-12-01.json`)."""
     seed: int = 1234
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
+    influence: bool = False
+    """Recipe: after the evaluations, replay each team evaluation (the untrained team and every trained run, in
+    its own arm) with one message at a time ablated, and report each message's influence on its listeners
+    (`talktosolve.influence`). On in the micro presets; it costs, per replayed chat, (1 + ablations) x the turns
+    after each message, and the recipe prints its estimate before it runs."""
+    influence_problems: int = 100
+    """Replays cover the first n evaluation problems (every chat of each)."""
+    influence_kinds: tuple[str, ...] = ("remove", "replace", "renumber")
+    """The ablations replayed: `remove` (partners see `(no message)`), `replace` (the same seat's message of
+    another problem), `renumber` (its own-only numbers swapped for others of the same shape)."""
 
 
 @dataclass
@@ -380,6 +390,15 @@ def validate(cfg: Config) -> None:
                         ("chat.max_final_tokens", c.max_final_tokens), ("model.lora_r", cfg.model.lora_r)]:
         if value < 1:
             problems.append(f"{name} is {value}; it must be at least 1.")
+    if cfg.eval.influence_problems < 2:
+        problems.append(f"eval.influence_problems is {cfg.eval.influence_problems}; an interval over problems "
+                        "needs at least 2.")
+    from talktosolve.influence import KINDS
+
+    bad = [k for k in cfg.eval.influence_kinds if k not in KINDS]
+    if bad or not cfg.eval.influence_kinds or len(set(cfg.eval.influence_kinds)) != len(cfg.eval.influence_kinds):
+        problems.append(f"eval.influence_kinds is {list(cfg.eval.influence_kinds)}; give one or more of "
+                        f"{', '.join(KINDS)}, each once.")
     if cfg.parallel_runs < 1:
         problems.append(f"parallel_runs is {cfg.parallel_runs}; it must be at least 1.")
     if t.runs_per_process < 1:

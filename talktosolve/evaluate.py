@@ -29,8 +29,10 @@ import time
 
 
 def eval_key(cfg: Config, arm: str, seats: dict[str, str | None]) -> str:
+    """What determines an evaluation's chats (the influence replays' settings do not)."""
     d = cfg.to_dict()
-    return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": d["eval"], "arm": arm,
+    evaluation = {k: v for k, v in d["eval"].items() if not k.startswith("influence")}
+    return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
                        "seats": {seat: _weights_key(path) for seat, path in seats.items()}})
 
 
@@ -65,30 +67,15 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
         return {**read_json(out_dir / "summary.json"), "seats": {seat: path or "base" for seat, path in seats.items()}}
     e = cfg.eval
     problems = problems[: e.n_problems]
-    device = resolve_device(cfg.device)
-    tokenizer = load_tokenizer(cfg.model)
-    # One engine per distinct model: seats played by one model share its engine (each seat keeps its own KV
-    # session), so its sampling weights and KV cache are held once, not once per seat.
-    by_path: dict = {}
-    for path in seats.values():
-        if path not in by_path:
-            model = load_player_model(cfg, path, device)
-            by_path[path] = Player(make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
-                                               temperature=cfg.chat.temperature,
-                                               force_max_length=cfg.chat.force_max_length, kind=cfg.chat.engine),
-                                   tokenizer)
-    players = {seat: by_path[path] for seat, path in seats.items()}
+    players = load_players(cfg, seats)
     began = time.perf_counter()
-    per_batch = max(1, e.batch_chats // e.chats_per_problem)
     chats = []
     # Counted in messages, turn by turn: one batch can be the whole evaluation.
     bar = tqdm(total=len(problems) * e.chats_per_problem * protocol.n_turns, desc=label, unit="msg",
                disable=not progress, dynamic_ncols=True)
-    for b, i in enumerate(range(0, len(problems), per_batch)):
-        batch = problems[i:i + per_batch]
+    for batch, seed in batches(cfg, problems):
         played = play_chats(batch, ARMS[arm], players, protocol, cfg.chat, chats_per_problem=e.chats_per_problem,
-                            seed=e.seed * 1_000_003 + b,
-                            progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
+                            seed=seed, progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
         reward.score_chats(played, protocol)
         chats += played
     bar.close()
@@ -99,6 +86,32 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     write_text(out_dir / "chats.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def load_players(cfg: Config, seats: dict[str, str | None]) -> dict[str, Player]:
+    """Each seat's player (`seats[s]`: a run or adapter folder, or None for the untrained base).
+
+    One engine per distinct model: seats played by one model share its engine (each seat keeps its own KV
+    session), so its sampling weights and KV cache are held once, not once per seat."""
+    device = resolve_device(cfg.device)
+    tokenizer = load_tokenizer(cfg.model)
+    by_path: dict = {}
+    for path in seats.values():
+        if path not in by_path:
+            model = load_player_model(cfg, path, device)
+            by_path[path] = Player(make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                                               temperature=cfg.chat.temperature,
+                                               force_max_length=cfg.chat.force_max_length, kind=cfg.chat.engine),
+                                   tokenizer)
+    return {seat: by_path[path] for seat, path in seats.items()}
+
+
+def batches(cfg: Config, problems: list) -> list[tuple[list, int]]:
+    """The evaluation's batches of problems and each one's sampling seed (a replay reuses them)."""
+    e = cfg.eval
+    per_batch = max(1, e.batch_chats // e.chats_per_problem)
+    return [(problems[i:i + per_batch], e.seed * 1_000_003 + b)
+            for b, i in enumerate(range(0, len(problems), per_batch))]
 
 
 def summarize(chats: list, transcripts: list[dict], chats_per_problem: int, protocol: Protocol) -> dict:

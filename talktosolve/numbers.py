@@ -48,6 +48,11 @@ def numbers_in(text: str) -> list[str]:
     return out
 
 
+def replace_numerals(text: str, fn) -> str:
+    """`text` with each digit numeral replaced by `fn(numeral, canonical value or None)`, the rest untouched."""
+    return _NUMERAL.sub(lambda m: fn(m.group(), canonical(m.group())), text)
+
+
 def has_number(text: str) -> bool:
     """Whether `text` holds at least one digit numeral."""
     return bool(numbers_in(text))

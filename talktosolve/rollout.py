@@ -6,6 +6,10 @@ has its player, and seats may have different ones (a trained adapter in A, the u
 seats: cross-play); a turn's chats are batched through its speaker's player. The result is a list of `Chat`
 records: token ids for the learner, text for transcripts and metrics. Nothing here grades or rewards: the
 caller does (`reward.score_chats`), so the sampler never sees a reward.
+
+A replay (`Prefix`) starts each chat from recorded messages instead of turn 0, optionally showing partners
+something else in place of some of them (an ablation), and samples the turns after them with the same seeds the
+recorded chat was sampled with, so an unchanged replay of the same batch repeats the recorded chat.
 """
 
 from __future__ import annotations
@@ -53,10 +57,18 @@ class Chat:
     """`{seat: whether its final answer equals the gold}`."""
     reward: float = 0.0
     advantage: float = 0.0
+    shown: dict = field(default_factory=dict)
+    """`{turn: text}`: what every partner of the writer is shown in place of that turn's message (a replay's
+    ablation; the writer still sees its own words). Empty in every chat the recipe trains or evaluates."""
 
     @property
     def messages(self) -> list[str]:
         return [t.text for t in self.turns]
+
+    def seen_by(self, reader: str, protocol: Protocol) -> list[str]:
+        """The messages so far as `reader` is given them, before its arm hides any."""
+        return [self.shown.get(i, text) if protocol.speaker(i) != reader else text
+                for i, text in enumerate(self.messages)]
 
     def transcript(self) -> dict:
         """The chat as a JSON-ready record (no token ids, which the learner alone needs)."""
@@ -67,7 +79,18 @@ class Chat:
             "messages": [{"turn": i, "speaker": t.speaker, "text": t.text, "tokens": len(t.completion_ids),
                           "truncated": t.truncated, "view": t.view} for i, t in enumerate(self.turns)],
             "answers": self.answers, "correct": self.correct, "reward": self.reward, "advantage": self.advantage,
+            **({"shown": {str(k): v for k, v in sorted(self.shown.items())}} if self.shown else {}),
         }
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Where a replayed chat starts: its first messages as recorded, and what partners are shown instead of
+    some of them."""
+
+    messages: tuple[str, ...]
+    shown: dict = field(default_factory=dict)
+    """`{turn: text}` for turns of `messages` (see `Chat.shown`)."""
 
 
 @dataclass
@@ -120,13 +143,19 @@ def _encode(tokenizer, views: list[list[dict]], earlier: list[_Said | None]) -> 
 
 
 def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player], protocol: Protocol,
-               chat: ChatConfig, *, chats_per_problem: int, seed: int, progress=None) -> list[Chat]:
+               chat: ChatConfig, *, chats_per_problem: int, seed: int, progress=None,
+               prefixes: list[Prefix] | None = None, until: int | None = None) -> list[Chat]:
     """Play `chats_per_problem` chats on each problem; chats are grouped by problem, in order.
 
     `problems` are records with `id`, `facts`, `question`, `gold`; `arm` is one arm for all, or one per problem
     (runs of several arms sharing decode steps); `players` gives each seat of the protocol its player (one
     player may sit in several seats). `seed` fixes the sampling (a torch.Generator per turn), so the same call
     gives the same chats. The chats come back ungraded (`reward.score_chats` grades them).
+
+    A replay gives `prefixes`, one per chat (all of one length k): turns 0..k-1 are those messages, not sampled
+    (each view is still built, as the recorded one was), and sampling starts at turn k with that turn's seed, as
+    in the recorded call. `until` stops after that turn (a replay needs only the turns up to its listeners'
+    answers).
     """
     arms = [arm] * len(problems) if isinstance(arm, Arm) else list(arm)
     if len(arms) != len(problems):
@@ -140,12 +169,19 @@ def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player],
         for k in range(chats_per_problem):
             seats = {name: Seat(list(hands[name]), p.question) for name in protocol.seats}
             chats.append(Chat(p.id, k, a, p.gold, p.question, list(p.facts), seats))
+    recorded = _check_prefixes(prefixes, len(chats), protocol)
+    for c, prefix in zip(chats, prefixes or ()):
+        c.shown = dict(prefix.shown)
     # Each seat's KV cache is carried to its next turn: its next view begins with its last view and message.
     sessions = {name: Session() for name in protocol.seats}
     earlier: dict[str, list] = {name: [None] * len(chats) for name in protocol.seats}
-    for turn, speaker in enumerate(protocol.order):
+    for turn, speaker in enumerate(protocol.order[:protocol.n_turns if until is None else until + 1]):
         player = players[speaker]
-        views = [view(c.seats[speaker], turn, c.messages, c.arm, protocol, chat) for c in chats]
+        views = [view(c.seats[speaker], turn, c.seen_by(speaker, protocol), c.arm, protocol, chat) for c in chats]
+        if turn < recorded:
+            for c, v, prefix in zip(chats, views, prefixes):
+                c.turns.append(Turn(speaker, [], [], prefix.messages[turn], v, False))
+            continue
         rendered, prompts = _encode(player.tokenizer, views, earlier[speaker])
         limit = protocol.max_tokens(turn)
         last = turn == protocol.last_turn(speaker)
@@ -169,6 +205,22 @@ def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player],
         if progress is not None:
             progress(turn)
     return chats
+
+
+def _check_prefixes(prefixes: list[Prefix] | None, n_chats: int, protocol: Protocol) -> int:
+    """How many turns every chat starts with (0 without prefixes)."""
+    if prefixes is None:
+        return 0
+    if len(prefixes) != n_chats:
+        raise ValueError(f"{len(prefixes)} prefixes for {n_chats} chats")
+    lengths = {len(p.messages) for p in prefixes}
+    if len(lengths) != 1 or not 0 <= min(lengths) < protocol.n_turns:
+        raise ValueError(f"prefixes must all hold the same number of messages, below the protocol's "
+                         f"{protocol.n_turns} turns; got lengths {sorted(lengths)}")
+    k = lengths.pop()
+    if any(not 0 <= t < k for p in prefixes for t in p.shown):
+        raise ValueError(f"a prefix shows something in place of a turn it does not hold (it holds turns 0 to {k - 1})")
+    return k
 
 
 def _check_length(player: Player, prompts: list[list[int]], limit: int, turn: int) -> None:

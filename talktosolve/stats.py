@@ -316,6 +316,35 @@ def mean_ci(scores, level: float = 0.95) -> tuple[float, float, float]:
     return r["mean"], r["lo"], r["hi"]
 
 
+def _as_signed(name: str, x) -> np.ndarray:
+    """Differences of scores ([seeds, problems], each in [-1, 1]) as checked arrays."""
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim != 2 or arr.shape[1] < 2:
+        raise ValueError(f"{name}: expected a 2-D array [seeds, problems] of at least 2 problems, got {arr.shape}")
+    if not np.all(np.isfinite(arr)) or arr.min() < -1.0 or arr.max() > 1.0:
+        raise ValueError(f"{name}: differences of scores must be finite and lie in [-1, 1]")
+    return arr
+
+
+def signed_mean_ci(diffs, level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, lo, hi)`` of per-problem differences of scores (in [-1, 1]), [seeds, problems], each row a
+    seed's own difference (paired within the seed); the same crossed method, clipped to [-1, 1]."""
+    r = _interval([(1.0, _as_signed("diffs", diffs), "diffs")], _check_level(level), (-1.0, 1.0))
+    return r["estimate"], r["lo"], r["hi"]
+
+
+def signed_delta_report(a, b, level: float = 0.95) -> dict:
+    """mean(a) - mean(b) for two such tables of differences over the same problems, seeds independent (as
+    ``paired_delta_report``): keys delta, lo, hi, method, se, df, excludes_zero, warning."""
+    a, b = _as_signed("a", a), _as_signed("b", b)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a and b must hold the same problems: {a.shape[1]} vs {b.shape[1]} columns")
+    r = _interval([(1.0, a, "a"), (-1.0, b, "b")], _check_level(level), (-2.0, 2.0))
+    out = {"delta": r.pop("estimate"), **r}
+    out["excludes_zero"] = bool(out["lo"] > 0.0 or out["hi"] < 0.0)
+    return out
+
+
 def naive_paired_interval(chat, cut, level: float = 0.95) -> tuple[float, float, float]:
     """Per-problem paired t interval that ignores the seeds (for comparison only: it undercovers when seeds
     differ). ``D_p`` = seed-averaged chat minus cut on problem p; ``mean(D) +- t_{P-1} * sd(D)/sqrt(P)``."""
