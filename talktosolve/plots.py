@@ -5,6 +5,8 @@
   sides).
 * `talk.png`             send, use, use given sent, ask, agree before (the base team) and after training.
 * `cross_play.png`       per run: base team vs trained team vs cross-play vs its other side.
+* `influence.png`        (when the influence stage ran) per arm: each message's influence on each listener (the
+  drop in its accuracy under each ablation) before training (the base team) and after (trained, all seeds).
 
 Evaluations are found by their records (`results.find_eval`: arm, kind, run), never by their names.
 
@@ -215,12 +217,57 @@ def plot_cross_play(results: dict) -> bytes:
     return _png(fig)
 
 
+
+
+_KIND_COLOR = {"remove": "#d62728", "replace": "#9467bd", "renumber": "#17becf"}
+
+
+def plot_influence(results: dict) -> bytes:
+    inf = results["influence"]
+    arms = [a for a in _arms(results) if a in inf["arms"]]
+    fig, axes = _figure(max(6.0, 4.2 * len(arms)), 4.4, ncols=len(arms))
+    kinds = inf["kinds"]
+    width = 0.8 / (2 * len(kinds))
+    for ax, arm in zip(axes, arms):
+        entries = inf["arms"][arm]
+        keys = list(dict.fromkeys((e["turn"], e["writer"], e["listener"]) for e in entries["trained"]))
+        for stage, (name, hollow) in enumerate((("base", True), ("trained", False))):
+            for k, kind in enumerate(kinds):
+                xs, ys, lo, hi = [], [], [], []
+                for i, key in enumerate(keys):
+                    e = next(e for e in entries[name] if (e["turn"], e["writer"], e["listener"]) == key
+                             and e["kind"] == kind)
+                    d = e["drop"]
+                    xs.append(i + (2 * k + stage - len(kinds) + 0.5) * width)
+                    ys.append(d["mean"])
+                    lo.append(max(0.0, d["mean"] - d["lo"]))
+                    hi.append(max(0.0, d["hi"] - d["mean"]))
+                color = _KIND_COLOR.get(kind, "#7f7f7f")
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color=color, ecolor=color, capsize=3, markersize=6,
+                            markerfacecolor="white" if hollow else color,
+                            label=f"{kind}, {'before' if hollow else 'after'} training")
+        ax.axhline(0.0, color="#7f7f7f", linewidth=0.8)
+        ax.set_xticks(range(len(keys)), [f"turn {t}\n{w} → {lis}" for t, w, lis in keys])
+        ax.set_ylim(-0.3, 1.05)
+        ax.set_ylabel("listener's accuracy drop (95% interval)")
+        ax.set_title(f"{arm} arm: influence of each message")
+        ax.grid(axis="y", alpha=0.3)
+    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(fig)
+
+
 _PLOTTERS: dict[str, Callable[[dict], bytes]] = {
     "learning_curves.png": plot_learning_curves,
     "accuracy.png": plot_accuracy,
     "talk.png": plot_talk,
     "cross_play.png": plot_cross_play,
+    "influence.png": plot_influence,
 }
+
+
+def plot_names(results: dict) -> tuple[str, ...]:
+    """The plots these results draw: influence only where the stage ran."""
+    return PLOTS + (("influence.png",) if results.get("influence") else ())
 
 
 def render_plots(results: dict) -> dict[str, bytes]:
@@ -229,4 +276,4 @@ def render_plots(results: dict) -> dict[str, bytes]:
     import matplotlib.style
 
     with matplotlib.style.context("default"):
-        return {name: _PLOTTERS[name](results) for name in PLOTS}
+        return {name: _PLOTTERS[name](results) for name in plot_names(results)}

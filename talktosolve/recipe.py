@@ -35,6 +35,7 @@ from talktosolve.arms import ARMS, comparison_arms
 from talktosolve.chat import Seat, view
 from talktosolve.config import Config
 from talktosolve.evaluate import evaluate
+from talktosolve.influence import includes_zero
 from talktosolve.stats import mean_ci, paired_delta_report
 from talktosolve.store import read_jsonl, write_json
 from talktosolve.protocol import Protocol, protocol_of
@@ -119,7 +120,8 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
             for spec in specs:
                 if name in spec.seats:
                     evals[spec] = ev(spec)
-    results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset)
+    influence = replay_teams(cfg, out, specs, evals, progress) if cfg.eval.influence else None
+    results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, influence)
     results["run"]["started"] = started
     results["run"]["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     from talktosolve.report import write_report
@@ -129,6 +131,25 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     write_json(out / "results.json", results)
     write_report(results, out)
     return results
+
+
+def replay_teams(cfg: Config, out: Path, specs: list[EvalSpec], evals: dict, progress: bool) -> dict:
+    """The influence stage: every team evaluation (one model in every seat: the untrained team and each trained
+    run) replayed with messages ablated (`talktosolve.replay`); `{EvalSpec: influence.json's content}`."""
+    import sys
+
+    from talktosolve.replay import chosen_positions, estimate_seconds, replay_influence, replayed_messages
+
+    protocol = protocol_of(cfg.chat)
+    teams = [spec for spec in specs if len(set(spec.seats)) == 1]
+    chosen = chosen_positions(protocol, None)
+    n_chats = min(cfg.eval.influence_problems, cfg.eval.n_problems) * cfg.eval.chats_per_problem
+    messages = replayed_messages(protocol, chosen, n_chats, len(cfg.eval.influence_kinds))
+    seconds = sum(estimate_seconds(evals[spec], protocol, messages) for spec in teams)
+    print(f"influence: {len(teams)} evaluations x {messages} replayed messages, about {seconds:.0f} s at the "
+          "evaluations' own pace (eval.influence=false skips it)", file=sys.stderr)
+    return {spec: replay_influence(cfg, out / "evals" / spec.name, progress=progress,
+                                   label=f"influence {spec.name}") for spec in teams}
 
 
 def train_in_parallel(cfg: Config, out: Path) -> None:
@@ -205,8 +226,9 @@ def views_respect_arms(chats_files: list[Path], protocol: Protocol, chat_cfg) ->
 
 
 def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibility: dict | None,
-                  preset: str) -> dict:
-    """results.json (schema 2, docs/results.md) from the evaluations (`{EvalSpec: summary}`) and run folders."""
+                  preset: str, influence: dict | None = None) -> dict:
+    """results.json (schema 2, docs/results.md) from the evaluations (`{EvalSpec: summary}`), the influence
+    replays (`{EvalSpec: influence.json}`, or None when the stage is off) and run folders."""
     import numpy as np
 
     protocol = protocol_of(cfg.chat)
@@ -259,6 +281,10 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         for s in seeds} if "chat" in cfg.arms else {}
     checks["cut_near_base"] = {str(s): pair("cut", s)["accuracy"] <= base("cut") + CUT_MARGIN
                                for s in seeds} if "cut" in cfg.arms else {}
+    influence_entry = influence_results(cfg, protocol, influence) if influence is not None else None
+    checks["cut_influence_zero"] = (
+        includes_zero([f for name, e in influence_entry["evals"].items() if e["arm"] == "cut" for f in e["figures"]])
+        if influence_entry is not None and "cut" in cfg.arms else None)
     curves = {}
     train_seconds = 0.0
     runs = {}
@@ -274,8 +300,8 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         "schema_version": 2,
         "preset": preset,
         "config": cfg.to_dict(),
-        "run": run_facts(cfg, protocol, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values()),
-                         train_seconds),
+        "run": run_facts(cfg, protocol, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values())
+                         + sum(r["seconds"] for r in (influence or {}).values()), train_seconds),
         "data": {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test,
                  "eligibility": {k: v["by_reason"] for k, v in eligibility["splits"].items()} if eligibility else None},
         "runs": runs,
@@ -284,6 +310,31 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         "comparisons": comparisons,
         "checks": checks,
         "curves": curves,
+        "influence": influence_entry,
+    }
+
+
+def influence_results(cfg: Config, protocol: Protocol, influence: dict) -> dict:
+    """results.json's `influence`: each replayed evaluation's figures, and per arm the untrained team's, the
+    trained runs' pooled over seeds, and trained minus untrained (docs/results.md)."""
+    from talktosolve.influence import Outcome, differences, figures
+
+    writers = {t: protocol.speaker(t) for t in range(protocol.n_turns)}
+    outcomes = {spec: [Outcome(**o) for o in rep["outcomes"]] for spec, rep in influence.items()}
+    n = len(protocol.seats)
+    arms = {}
+    for arm in cfg.arms:
+        base = outcomes[EvalSpec(arm, (None,) * n)]
+        trained = [outcomes[EvalSpec(arm, (run_name(arm, s),) * n)] for s in cfg.seeds]
+        arms[arm] = {"base": figures([base], writers), "trained": figures(trained, writers),
+                     "trained_minus_base": differences(trained, [base])}
+    return {
+        "n_problems": min(cfg.eval.influence_problems, cfg.eval.n_problems),
+        "kinds": list(cfg.eval.influence_kinds),
+        "evals": {spec.name: {"arm": spec.arm, "seats": {seat: run or "base" for seat, run in zip(protocol.seats, spec.seats)},
+                              "reproduced": rep["reproduced"], "seconds": rep["seconds"], "figures": rep["figures"]}
+                  for spec, rep in influence.items()},
+        "arms": arms,
     }
 
 

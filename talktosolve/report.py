@@ -10,6 +10,8 @@
 * `plots/talk.png`             send, use, use given sent, ask, agree before training (base-chat) and after (each
   trained pair of each arm), as grouped bars.
 * `plots/cross_play.png`       per arm and seed: base pair vs trained pair vs cross-play, with 95% intervals.
+* `plots/influence.png`        (influence stage on) each message's influence on its listeners, before and after
+  training, per arm and ablation.
 * `report.md`, `report.html`   headline (the chat-vs-cut delta, its interval, the verdict), the checks (✓/✗,
   per-seed maps expanded), accuracy, talk before/after, cross-play, run facts, the figures. `report.html` is one
   self-contained page (inline CSS) that shows the plots from `plots/*.png` next to it.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from talktosolve.plots import PLOTS, TALK_SHOWN, render_plots
+from talktosolve.plots import PLOTS, TALK_SHOWN, plot_names, render_plots
 from talktosolve.results import KINDS, eval_kind, find_eval, run_names, validate_results
 from talktosolve.store import write_bytes, write_text
 
@@ -44,6 +46,7 @@ CHECK_TEXT = {
     "chat_beats_base": "the trained chat team beats the untrained base team",
     "cut_near_base": "the trained cut team stays near the base team or below",
     "cross_play_below_pair": "cross-play (trained first seat + base) scores below the trained team",
+    "cut_influence_zero": "in the cut arm no message changed any listener (every influence interval holds 0)",
 }
 
 
@@ -224,6 +227,8 @@ def _sections(results: dict) -> list[tuple]:
     out.append(("table", ["arm", "seed", "base team", "trained team", "cross-play", "other side", "cross − team"],
                 rows))
 
+    out += _influence_sections(results)
+
     out.append(("h2", "Run"))
     data = results["data"]
     versions = ", ".join(f"{k} {v if v is not None else NONE}" for k, v in run["versions"].items())
@@ -243,8 +248,49 @@ def _sections(results: dict) -> list[tuple]:
     for file, alt in (("learning_curves.png", "Learning curves: team reward per step, per arm and seed"),
                       ("accuracy.png", "Accuracy with 95% intervals"),
                       ("talk.png", "Talk metrics before and after training"),
-                      ("cross_play.png", "Cross-play vs trained team vs base team")):
-        out.append(("img", f"plots/{file}", alt))
+                      ("cross_play.png", "Cross-play vs trained team vs base team"),
+                      ("influence.png", "Influence of each message before and after training")):
+        if file in plot_names(results):
+            out.append(("img", f"plots/{file}", alt))
+    return out
+
+
+def _influence_rows(results: dict, arm: str, kinds) -> list[tuple[dict, dict, dict]]:
+    """(base entry, trained entry, trained - base) of each message, listener and kind of `arm`."""
+    a = results["influence"]["arms"][arm]
+    out = []
+    for t, d in zip(a["trained"], a["trained_minus_base"]):
+        if t["kind"] in kinds:
+            b = next(e for e in a["base"] if (e["turn"], e["listener"], e["kind"]) == (t["turn"], t["listener"], t["kind"]))
+            out.append((b, t, d))
+    return out
+
+
+def _influence_sections(results: dict) -> list[tuple]:
+    inf = results.get("influence")
+    if not inf:
+        return []
+    out = [("h2", "Message influence"),
+           ("p", f"Each team evaluation's first {inf['n_problems']} problems replayed from their recorded chats with "
+                 "one message changed for its listeners (the partners who answer after it) and the rest re-sampled "
+                 "with the control replay's seeds: remove shows (no message), replace shows the same seat's message "
+                 "of another problem, renumber swaps its own-only numbers for others of the same shape. drop: the "
+                 "listener's accuracy lost against the unchanged replay; flip: the share of its answers that "
+                 "changed; follow: the share of its final messages holding a planted number. Before = the "
+                 "untrained team; after = the trained teams, pooled over seeds (95% intervals over problems and "
+                 "seeds); after − before is paired over problems.")]
+    for arm in inf["arms"]:
+        rows = []
+        for b, t, d in _influence_rows(results, arm, inf["kinds"]):
+            rows.append([f"turn {t['turn']}: {t['writer']} → {t['listener']}", t["kind"],
+                         f"{s3(b['drop']['mean'])} {interval(b['drop']['lo'], b['drop']['hi'], signed=True)}",
+                         f"{s3(t['drop']['mean'])} {interval(t['drop']['lo'], t['drop']['hi'], signed=True)}",
+                         f"{s3(d['delta'])} {interval(d['lo'], d['hi'], signed=True)}",
+                         f3(t["flip"]["mean"]), f3(t["follow"]["mean"]) if t["follow"] else NONE,
+                         f3(t["changed"]["mean"])])
+        out.append(("p", f"{arm} arm:"))
+        out.append(("table", ["message", "ablation", "drop before", "drop after", "after − before", "flip after",
+                              "follow after", "changed"], rows))
     return out
 
 
@@ -417,6 +463,14 @@ def terminal_summary(results: dict) -> str:
         if comp.get("warning"):
             lines.append(f"warning: {comp['warning']}")
     lines.append("verdict: " + verdict(results).replace("−", "-"))
+    if results.get("influence"):
+        rows = [[arm, f"turn {t['turn']} {t['writer']}->{t['listener']}", f"{b['drop']['mean']:+.3f}",
+                 f"{t['drop']['mean']:+.3f} [{t['drop']['lo']:+.3f}, {t['drop']['hi']:+.3f}]",
+                 f"{d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"]
+                for arm in results["influence"]["arms"] for b, t, d in _influence_rows(results, arm, ("remove",))]
+        lines += ["", "influence: the listener's accuracy drop when a message is removed (before = base team, "
+                      "after = trained, all seeds)",
+                  *_table(["arm", "message", "before", "after", "after - before"], rows)]
 
     failed, total = [], 0
     for key, value in results["checks"].items():
