@@ -176,6 +176,47 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_influence(args) -> int:
+    from talktosolve.protocol import protocol_of
+    from talktosolve.replay import (chosen_positions, estimate_seconds, read_evaluation, replay_influence,
+                                    replayed_messages)
+
+    folder = Path(args.eval)
+    preset = args.preset
+    if preset is None:
+        if not (folder / "config.json").is_file():
+            raise UsageError(f"{folder} holds no config.json (an evaluation written before evaluations kept their "
+                             "config); give the --preset and --set values it was evaluated with.")
+        preset = str(folder / "config.json")
+    cfg = make_config(preset, parse_overrides(args.set or []))
+    protocol = protocol_of(cfg.chat)
+    summary, _ = read_evaluation(cfg, folder)  # every check, before anything is loaded or written
+    chosen = chosen_positions(protocol, args.turns)
+    n_chats = min(cfg.eval.influence_problems, summary["n_problems"]) * cfg.eval.chats_per_problem
+    messages = replayed_messages(protocol, chosen, n_chats, len(cfg.eval.influence_kinds))
+    print(f"influence: {messages} replayed messages, about {estimate_seconds(summary, protocol, messages):.0f} s at "
+          "the evaluation's own pace", file=sys.stderr)
+    result = replay_influence(cfg, folder, turns=args.turns, progress=not args.quiet)
+    for e in result["figures"]:
+        d = e["drop"]
+        follow = f", follow {e['follow']['mean']:.3f}" if e["follow"] else ""
+        print(f"turn {e['turn']} {e['writer']} -> {e['listener']} {e['kind']:<8} drop {d['mean']:+.3f} "
+              f"[{d['lo']:+.3f}, {d['hi']:+.3f}], flip {e['flip']['mean']:.3f}{follow}")
+    print(f"{result['n_problems']} problems; control replays repeating the recorded chat: "
+          f"{result['reproduced']:.3f}\nwrote {folder}/influence/influence.json and replays.jsonl")
+    return 0
+
+
+def _turns(text: str) -> list[int]:
+    try:
+        turns = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected turn numbers separated by commas, e.g. 1,2; got `{text}`") from None
+    if not turns:
+        raise argparse.ArgumentTypeError("expected at least one turn number, e.g. 1")
+    return turns
+
+
 def cmd_recipe(args) -> int:
     from talktosolve.recipe import run_recipe
     from talktosolve.report import terminal_summary
@@ -255,6 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="also print the full report as JSON")
     p.set_defaults(fn=cmd_compare)
 
+    p = sub.add_parser("influence", help="replay an evaluation with each message ablated: each message's influence")
+    p.add_argument("--eval", required=True, type=_checked(check_evaluation), help="a finished evaluation folder")
+    p.add_argument("--preset", help="the config it was evaluated with (default: the folder's config.json)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set eval.influence_problems=50 (repeatable)")
+    p.add_argument("--turns", type=_turns, help="replay only these message positions, e.g. 1 or 0,2 (default: all)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=cmd_influence)
+
     p = sub.add_parser("recipe", help="the whole recipe: arms x seeds, evals, cross-play, comparisons, report")
     _common(p, "micro")
     p.add_argument("--out", type=_checked(check_output, kind="recipe"), help="output folder (default: runs/PRESET)")
@@ -272,11 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
 def user_errors() -> tuple[type[Exception], ...]:
     """The exceptions that mean the user's input cannot be used (each module's own), as opposed to a bug."""
     from talktosolve.data import DataError
+    from talktosolve.influence import InfluenceError
     from talktosolve.policy import ModelError
     from talktosolve.tracking import TrackingError
     from talktosolve.train import TrainingError
 
-    return (UsageError, FolderError, ConfigError, DataError, ModelError, TrainingError, TrackingError)
+    return (UsageError, FolderError, ConfigError, DataError, ModelError, TrainingError, TrackingError,
+            InfluenceError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ seat, so cross-play (a trained model in one seat, the base in the others) is the
 evaluated with the same sampling seed on the same problems, so the per-problem scores of two evaluations are
 paired.
 
-Outputs, in `out_dir`: `chats.jsonl` (every chat, as in training transcripts) and `summary.json`: accuracy (mean
+Outputs, in `out_dir`: `chats.jsonl` (every chat, as in training transcripts), `config.json` (every config field)
+and `summary.json`: accuracy (mean
 of the graded answers per problem: seats x chats, averaged over problems), each seat's accuracy, the per-problem
 scores (for the paired comparison), the talk metrics aggregated over chats, and who sat where (`seats`).
 """
@@ -84,6 +85,7 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm,
                     "seats": {seat: path or "base" for seat, path in seats.items()}})
     write_text(out_dir / "chats.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
+    write_json(out_dir / "config.json", cfg.to_dict())  # what a later replay of these chats needs (`replay`)
     write_json(out_dir / "summary.json", summary)
     return summary
 

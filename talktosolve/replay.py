@@ -111,8 +111,9 @@ def estimate_seconds(summary: dict, protocol: Protocol, messages: int) -> float:
 
 
 def replay_influence(cfg: Config, eval_dir: Path, *, turns: list[int] | None = None, progress: bool = True,
-                     label: str = "influence") -> dict:
-    """Replay the evaluation in `eval_dir` (see the module docstring); returns influence.json's content."""
+                     label: str = "influence", players: dict | None = None) -> dict:
+    """Replay the evaluation in `eval_dir` (see the module docstring); returns influence.json's content.
+    `players` (`{seat: rollout.Player}`) replaces the evaluation's own (a scripted policy, in tests)."""
     from tqdm.auto import tqdm
 
     eval_dir = Path(eval_dir)
@@ -129,7 +130,7 @@ def replay_influence(cfg: Config, eval_dir: Path, *, turns: list[int] | None = N
     problems = [Problem(c["problem_id"], c["question"], list(c["facts"]), c["gold"]) for c in recorded[::G]]
     kinds = list(cfg.eval.influence_kinds)
     arm = ARMS[summary["arm"]]
-    players = load_players(cfg, _seats(summary))
+    players = players or load_players(cfg, _seats(summary))
     began = time.perf_counter()
     bar = tqdm(total=replayed_messages(protocol, chosen, len(recorded), len(kinds)), desc=label, unit="msg",
                disable=not progress, dynamic_ncols=True)
