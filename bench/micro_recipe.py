@@ -4,7 +4,7 @@
 
 Runs `talktosolve recipe` (preset micro) into `--out` if it is not finished there (a finished folder is only
 read), then prints the time of every stage from the run's own records (each training run's summed step times,
-each evaluation's time) and the whole command's wall time. `--pretrain` also pretrains the micro base from
+each evaluation's and each influence replay's time) and the whole command's wall time. `--pretrain` also pretrains the micro base from
 scratch into a temporary folder and times it (the shipped checkpoint makes that stage optional for users).
 """
 
@@ -43,6 +43,11 @@ def main() -> None:
         res["stages"].append([f"train {run.name} ({len(rows)} steps)", sum(r["perf/seconds"] for r in rows)])
     for ev in sorted((out / "evals").iterdir()):
         res["stages"].append([f"eval {ev.name}", json.loads((ev / "summary.json").read_text())["seconds"]])
+    for ev in sorted((out / "evals").iterdir()):
+        if (ev / "influence" / "influence.json").is_file():
+            seconds = json.loads((ev / "influence" / "influence.json").read_text())["seconds"]
+            res["stages"].append([f"influence {ev.name}", seconds])
+    res["influence_seconds"] = sum(s for name, s in res["stages"] if name.startswith("influence "))
     results = json.loads((out / "results.json").read_text())
     res["recorded_compute_seconds"] = results["run"]["wall_seconds"]
     width = max(len(name) for name, _ in res["stages"])

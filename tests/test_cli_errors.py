@@ -99,6 +99,18 @@ CASES = [
     ("compare", "another command's folder", "--chat {recipe} --cut {eval_cut}"),
     ("compare", "another command's folder", "--chat {eval} --cut {data}"),
 
+    ("influence", "missing path", "--eval {missing}"),
+    ("influence", "missing argument", ""),
+    ("influence", "wrong kind", "--eval {file}"),
+    ("influence", "wrong type", "--eval {eval} --turns x"),
+    ("influence", "out of range", "--eval {eval} --turns 9"),
+    ("influence", "out of range", "--eval {eval} --set eval.influence_problems=1"),
+    ("influence", "unknown key", "--eval {eval} --set eval.influence_kind=remove"),
+    ("influence", "empty folder", "--eval {empty}"),
+    ("influence", "another command's folder", "--eval {run}"),
+    ("influence", "another command's folder", "--eval {recipe}"),
+    ("influence", "another command's folder", "--eval {eval} --preset micro"),  # evaluated under another config
+
     ("recipe", "missing path", "--out {new} --preset {missing}.json"),
     ("recipe", "missing path", "--out {new} --gsm8k {missing}"),
     ("recipe", "missing path", "--out {new} --set model.name_or_path={missing}"),

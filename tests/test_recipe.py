@@ -64,6 +64,28 @@ def test_recipe_writes_valid_results_report_and_plots(tiny_recipe):
     assert comp["delta"] == pytest.approx(results["arms"]["chat"]["accuracy"] - results["arms"]["cut"]["accuracy"])
 
 
+def test_the_influence_stage_replays_every_team_and_reports_the_cut_check(tiny_recipe):
+    out = tiny_recipe.out
+    results = json.loads((out / "results.json").read_text())
+    inf = results["influence"]
+    teams = ["base-chat", "base-cut", "chat-s0", "chat-s1", "cut-s0", "cut-s1"]
+    assert sorted(inf["evals"]) == teams and inf["n_problems"] == 6 and inf["kinds"] == ["remove", "replace", "renumber"]
+    for name in teams:
+        assert (out / "evals" / name / "influence" / "influence.json").is_file()
+        figures = inf["evals"][name]["figures"]
+        assert [(f["turn"], f["writer"], f["listener"]) for f in figures[::3]] == [(0, "A", "B"), (1, "B", "A"), (2, "A", "B")]
+    # In the cut arm no listener is ever shown the message, so no ablation can move an answer.
+    assert all(f["drop"]["mean"] == 0 and f["flip"]["mean"] == 0 for name in teams if "cut" in name
+               for f in inf["evals"][name]["figures"])
+    assert results["checks"]["cut_influence_zero"] is True
+    chat = inf["arms"]["chat"]
+    assert len(chat["base"]) == len(chat["trained"]) == len(chat["trained_minus_base"]) == 9
+    assert chat["trained"][0]["n_models"] == 2 and chat["base"][0]["n_models"] == 1
+    assert "influence: the listener's accuracy drop" in tiny_recipe.printed
+    assert (out / "plots/influence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## Message influence" in (out / "report.md").read_text()
+
+
 def test_rerun_skips_every_stage(tiny_model_dir, tiny_recipe, tmp_path):
     out = copy_of(tiny_recipe, tmp_path)
     results = json.loads((out / "results.json").read_text())

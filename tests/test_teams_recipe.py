@@ -72,3 +72,12 @@ def test_report_names_every_seat_and_a_rerun_skips_everything(run, capsys):
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     again = json.loads((out / "results.json").read_text())
     assert again["evals"] == results["evals"] and again["comparisons"] == results["comparisons"]
+
+
+def test_influence_covers_every_listener_of_three_seats(run):
+    _, results = run
+    figures = results["influence"]["evals"]["chat-s0"]["figures"]
+    pairs = {(f["turn"], f["writer"], f["listener"]) for f in figures}
+    # Turn 2 (C) is heard by A and B before their finals; turn 4 (B) only by C.
+    assert {(2, "C", "A"), (2, "C", "B"), (4, "B", "C")} <= pairs and not any(t == 5 for t, _, _ in pairs)
+    assert results["checks"]["cut_influence_zero"] is True
