@@ -190,3 +190,26 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(micro_eval, tmp_path, 
     assert "truncated" in _fails_cleanly(capsys, copy)
     (copy / "config.json").unlink()
     assert "--preset" in _fails_cleanly(capsys, copy)
+
+
+@pytest.mark.gpu
+def test_replays_on_the_gpu_repeat_the_recorded_chat_and_hide_nothing_from_the_cut_check(tmp_path):
+    """On the GPU (the static engine's CUDA graphs): an evaluation's whole batch replayed unchanged repeats the
+    recorded chat under temperature-1 sampling, a greedy replay of part of it does too, and in the cut arm no
+    ablation moves an answer."""
+    import torch
+
+    from talktosolve.tasks import load_problems
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    for temperature, replayed, arm in ((1.0, N, "chat"), (1e-4, 4, "chat"), (1.0, N, "cut")):
+        cfg = make_config("micro", {"data": {"n_test": N}, "chat": {"temperature": temperature}, "device": "cuda",
+                                    "eval": {"n_problems": N, "influence_problems": replayed}})
+        folder = tmp_path / f"{arm}-{temperature}"
+        _, test, _ = load_problems(cfg, folder / "data")
+        evaluate(cfg, test, folder, arm=arm, progress=False)
+        result = replay_influence(cfg, folder, progress=False)
+        assert result["reproduced"] == 1.0, (temperature, replayed, arm)
+        if arm == "cut":
+            assert all(f["drop"]["mean"] == 0 and f["flip"]["mean"] == 0 for f in result["figures"])
