@@ -571,18 +571,21 @@ class StaticEngine:
             return self._generate(prompts, max_new_tokens, generator, capacity, session, slots)
 
     def _generate(self, prompts, max_new_tokens, generator, capacity, session=None, slots=0):
-        if generator is not None:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-            if self.device.type == "cuda":
-                torch.cuda.manual_seed(seed)
-            else:
-                torch.manual_seed(seed)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)) \
+            if generator is not None else None
         self.refresh()
         dev = self.device
         B, T = len(prompts), max(len(p) for p in prompts)
         bucket = BUCKET if dev.type == "cuda" else CPU_BUCKET
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
         s = self._graph(B, L, slots)
+        if seed is not None:
+            # Seeded after the graph is found: capturing a new one runs warm-up steps that draw random numbers,
+            # and a call must sample the same whether or not its graph was captured before.
+            if self.device.type == "cuda":
+                torch.cuda.manual_seed(seed)
+            else:
+                torch.manual_seed(seed)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
         # cache, the rest (a left-padded block of S columns ending at T) goes through the layers.
         reuse = _reusable(session, prompts)

@@ -104,6 +104,19 @@ def test_cuda_graph_engine_matches_on_gpu():
     check_session(tiny(device="cuda", layers=3))
 
 
+@pytest.mark.gpu
+def test_a_seeded_call_samples_the_same_whether_or_not_its_graph_was_captured_before():
+    """Capturing a graph runs warm-up decode steps, which draw random numbers: they must not shift the call's."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    model = tiny(device="cuda")
+    engine = StaticEngine(model, stop_ids=[], pad_id=0, temperature=1.0)
+    batch = prompts(97, [5, 9, 3, 7])
+    first = engine.generate(batch, 12, torch.Generator(device="cuda").manual_seed(7))  # captures its graph
+    again = engine.generate(batch, 12, torch.Generator(device="cuda").manual_seed(7))  # replays it
+    assert first == again
+
+
 GROW_SCRIPT = """
 import torch
 from tests.test_fast_engine import prompts, tiny
