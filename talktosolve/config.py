@@ -146,6 +146,10 @@ class TrainConfig:
     against 4.35 s for one, at a peak of 36.3 GB (`bench/results/gpu_shared-h200-2026-12-01.json`). The runs
     then share the sampler's random stream, so their chats differ from those of runs trained one at a time: the
     setting is part of each run's key. 1: one run at a time."""
+    partners: float = 0.0
+    """Partner-mixture training: the share of each step's problems (and so of its chats) in which one seat,
+    drawn from (seed, step), is played by the frozen untrained base instead of the learner (`partners.py`);
+    only the learner's seats are trained. 0: self-play in every chat."""
 
 
 @dataclass
@@ -390,6 +394,11 @@ def validate(cfg: Config) -> None:
     if t.runs_per_process > 1 and cfg.parallel_runs > 1:
         problems.append("set either parallel_runs (runs in separate processes) or train.runs_per_process (runs "
                         "side by side in one process) above 1, not both.")
+    if not 0 <= t.partners <= 1:
+        problems.append(f"train.partners is {t.partners}; it is a share of each step's problems, from 0 to 1.")
+    if t.partners > 0 and t.runs_per_process > 1:
+        problems.append("train.partners > 0 trains with a frozen partner, which runs sharing a process "
+                        "(train.runs_per_process > 1) do not support; set train.runs_per_process=1.")
     if t.microbatch_tokens < 0:
         problems.append(f"train.microbatch_tokens is {t.microbatch_tokens}; use 0 (micro-batches by chats) or a "
                         "token budget such as 12288 (the default).")
