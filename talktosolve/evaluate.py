@@ -30,6 +30,7 @@ import time
 
 def eval_key(cfg: Config, arm: str, seats: dict[str, str | None]) -> str:
     d = cfg.to_dict()
+    d["eval"].pop("cross_seed")  # which evaluations the recipe makes, not how one is made
     return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": d["eval"], "arm": arm,
                        "seats": {seat: _weights_key(path) for seat, path in seats.items()}})
 

@@ -27,7 +27,7 @@ import html
 from pathlib import Path
 
 from talktosolve.plots import PLOTS, TALK_SHOWN, render_plots
-from talktosolve.results import KINDS, eval_kind, find_eval, run_names, validate_results
+from talktosolve.results import KINDS, eval_kind, find_eval, find_evals, run_names, validate_results
 from talktosolve.store import write_bytes, write_text
 
 __all__ = ["write_report", "terminal_summary", "render_markdown", "render_html", "verdict", "PLOTS"]
@@ -120,7 +120,7 @@ def _eval_order(results: dict) -> list[str]:
     for kind in KINDS:
         for arm in _arms(results):
             runs = [None] if kind == "base" else run_names(results, arm)
-            out += [found[0] for found in (find_eval(results, arm, kind, r) for r in runs) if found]
+            out += [name for r in runs for name, _ in find_evals(results, arm, kind, r)]
     return out
 
 
@@ -133,6 +133,8 @@ def _describe(entry: dict) -> str:
         return f"trained team {run}"
     if kind == "cross":
         return f"trained {seats[0]} ({run}) + base {', '.join(seats[1:])}"
+    if kind == "cross_seed":
+        return f"trained {seats[0]} ({run}) + trained {', '.join(seats[1:])} ({entry['seats'][seats[1]]})"
     return f"base {seats[0]} + trained {', '.join(seats[1:])} ({run})"
 
 
