@@ -5,6 +5,8 @@
   sides).
 * `talk.png`             send, use, use given sent, ask, agree before (the base team) and after training.
 * `cross_play.png`       per run: base team vs trained team vs cross-play vs its other side.
+* `cross_seed.png`       (when results.json has the cross-seed matrix) a heat map per line of runs: run i in the
+  first seat, run j in the others, each cell its accuracy and 95% interval; the diagonal is the trained teams.
 
 Evaluations are found by their records (`results.find_eval`: arm, kind, run), never by their names.
 
@@ -215,6 +217,31 @@ def plot_cross_play(results: dict) -> bytes:
     return _png(fig)
 
 
+def plot_cross_seed(results: dict) -> bytes:
+    first = results["run"]["protocol"]["seats"][0]
+    lines = list(results["cross_seed"].items())
+    fig, axes = _figure(4.6 * len(lines) + 0.8, 4.4, ncols=len(lines))
+    for ax, (line, m) in zip(axes, lines):
+        runs, acc = m["runs"], m["accuracy"]
+        image = ax.imshow(acc, vmin=0.0, vmax=1.0, cmap="viridis")
+        for i, row in enumerate(acc):
+            for j, value in enumerate(row):
+                ax.text(j, i, f"{value:.3f}\n[{m['lo'][i][j]:.2f}, {m['hi'][i][j]:.2f}]", ha="center", va="center",
+                        fontsize=7, color="black" if value > 0.6 else "white")
+        ax.set_xticks(range(len(runs)), runs, fontsize=8)
+        ax.set_yticks(range(len(runs)), runs, fontsize=8)
+        ax.set_xlabel("run in the other seats")
+        ax.set_ylabel(f"run in seat {first}")
+        d = m["self_minus_cross"]
+        ax.set_title(f"{line}: self - cross-seed {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="accuracy")
+    return _png(fig)
+
+
+OPTIONAL_PLOTS: dict[str, tuple[str, Callable[[dict], bytes]]] = {"cross_seed.png": ("cross_seed", plot_cross_seed)}
+"""Plots drawn only when results.json holds their section."""
+
+
 _PLOTTERS: dict[str, Callable[[dict], bytes]] = {
     "learning_curves.png": plot_learning_curves,
     "accuracy.png": plot_accuracy,
@@ -229,4 +256,6 @@ def render_plots(results: dict) -> dict[str, bytes]:
     import matplotlib.style
 
     with matplotlib.style.context("default"):
-        return {name: _PLOTTERS[name](results) for name in PLOTS}
+        out = {name: _PLOTTERS[name](results) for name in PLOTS}
+        out.update({name: draw(results) for name, (section, draw) in OPTIONAL_PLOTS.items() if section in results})
+        return out

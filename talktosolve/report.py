@@ -225,6 +225,7 @@ def _sections(results: dict) -> list[tuple]:
                          s3(cross[1]["accuracy"] - team[1]["accuracy"])])
     out.append(("table", ["arm", "seed", "base team", "trained team", "cross-play", "other side", "cross − team"],
                 rows))
+    out += _cross_seed_blocks(results) + _variant_blocks(results)
 
     out.append(("h2", "Run"))
     data = results["data"]
@@ -247,7 +248,51 @@ def _sections(results: dict) -> list[tuple]:
                       ("talk.png", "Talk metrics before and after training"),
                       ("cross_play.png", "Cross-play vs trained team vs base team")):
         out.append(("img", f"plots/{file}", alt))
+    if "cross_seed" in results:
+        out.append(("img", "plots/cross_seed.png", "Cross-seed matrix: run in the first seat x run in the others"))
     return out
+
+
+SIDE_TEXT = {"team": "trained team", "cross": "cross-play (trained first seat + base)",
+             "cross_others": "other side (base first seat + trained)", "both_sides": "cross-play, both sides (mean)"}
+
+
+def _cross_seed_blocks(results: dict) -> list[tuple]:
+    """The cross-seed matrix of each line of runs, and its self-play minus cross-seed delta."""
+    if "cross_seed" not in results:
+        return []
+    first = _seat_names(results)[0]
+    out: list[tuple] = [("h2", "Cross-seed matrix"),
+                        ("p", f"Each trained run in seat {first} with another seed's run of the same line in the other "
+                              "seats (zero-shot coordination); the diagonal is each trained team. Cells: accuracy "
+                              "[95% interval over problems]. self − cross-seed: each run's own team minus the mean "
+                              "of its meetings with the others, paired over problems, interval over problems and "
+                              "seeds.")]
+    for line, m in results["cross_seed"].items():
+        rows = [[run] + [f"{f3(a)} {interval(lo, hi)}" for a, lo, hi in zip(m["accuracy"][i], m["lo"][i], m["hi"][i])]
+                for i, run in enumerate(m["runs"])]
+        out.append(("table", [f"{line}: seat {first} \\ others"] + m["runs"], rows))
+        d = m["self_minus_cross"]
+        out.append(("p", f"{line}: self − cross-seed = {s3(d['delta'])} {interval(d['lo'], d['hi'], signed=True)}."))
+    return out
+
+
+def _variant_blocks(results: dict) -> list[tuple]:
+    """The variant's runs against its arm's, side by side."""
+    v = results.get("variant")
+    if v is None:
+        return []
+    arm = results["arms"][v["arm"]]
+    rows = []
+    for side, d in v["against_arm"].items():
+        rows.append([SIDE_TEXT[side], s3(d["delta"]), interval(d["lo"], d["hi"], signed=True), mark(d["excludes_zero"])])
+    return [("h2", f"Variant {v['name']}"),
+            ("p", f"The {v['arm']} arm trained with a share {f3(v['partners'])} of each step's problems seating the "
+                  f"frozen untrained base in one seat; its trained teams {f3(v['accuracy'])} "
+                  f"{interval(v['lo'], v['hi'])} against the {v['arm']} arm's {f3(arm['accuracy'])} "
+                  f"{interval(arm['lo'], arm['hi'])}. Each delta: {v['name']} − {v['arm']}, paired over problems, "
+                  "interval over problems and seeds."),
+            ("table", ["figure", f"{v['name']} − {v['arm']}", "95% interval", "excludes 0"], rows)]
 
 
 # ----------------------------------------------------------------------------------------------- renderers
@@ -419,6 +464,15 @@ def terminal_summary(results: dict) -> str:
         if comp.get("warning"):
             lines.append(f"warning: {comp['warning']}")
     lines.append("verdict: " + verdict(results).replace("−", "-"))
+    for line, m in results.get("cross_seed", {}).items():
+        d = m["self_minus_cross"]
+        lines.append(f"self - cross-seed {line}: {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] "
+                     f"(diagonal minus off-diagonal mean)")
+    if "variant" in results:
+        v = results["variant"]
+        for side, d in v["against_arm"].items():
+            lines.append(f"{v['name']} - {v['arm']}, {SIDE_TEXT[side].replace('−', '-')}: {d['delta']:+.3f} "
+                         f"[{d['lo']:+.3f}, {d['hi']:+.3f}]")
 
     failed, total = [], 0
     for key, value in results["checks"].items():

@@ -62,3 +62,11 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
     assert all(torch.equal(p, before_base[n]) for n, p in base.named_parameters())
     assert all(p.grad is None for p in base.parameters())
     assert any(not torch.equal(p, before_learner[n]) for n, p in learner.named_parameters())
+
+
+def test_a_run_without_partners_keeps_the_key_it_had_before_partners_existed():
+    from talktosolve.config import make_config
+    from talktosolve.train import run_config
+
+    assert "partners" not in run_config(make_config("micro"), "chat", 0)["train"]
+    assert run_config(make_config("micro", {"train": {"partners": 0.5}}), "chat", 0)["train"]["partners"] == 0.5
