@@ -65,3 +65,27 @@ def test_the_report_draws_the_matrix_and_a_rerun_skips_everything(run, capsys):
     assert "self - cross-seed chat" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.loads((out / "results.json").read_text())["cross_seed"] == results["cross_seed"]
+
+
+def test_a_missing_cross_seed_evaluation_or_an_unasked_section_fails_with_its_path(run):
+    import copy
+
+    from talktosolve.results import ResultsError
+
+    _, results = run
+    broken = copy.deepcopy(results)
+    del broken["evals"]["mix-s1-with-mix-s0"]
+    with pytest.raises(ResultsError, match=r"missing the evaluation of arm chat with seats \['mix-s1', 'mix-s0'\]"):
+        validate_results(broken)
+    broken = copy.deepcopy(results)
+    broken["config"]["eval"]["cross_seed"] = False
+    with pytest.raises(ResultsError, match="cross_seed: must be present exactly when"):
+        validate_results(broken)
+    broken = copy.deepcopy(results)
+    broken["cross_seed"]["chat"]["accuracy"][0][1] = 0.99
+    with pytest.raises(ResultsError, match=r"cross_seed.chat.accuracy\[0\]\[1\]"):
+        validate_results(broken)
+    broken = copy.deepcopy(results)
+    broken["config"]["variant"]["name"] = ""
+    with pytest.raises(ResultsError, match="variant: must be present exactly when"):
+        validate_results(broken)
