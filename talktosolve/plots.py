@@ -102,8 +102,12 @@ def plot_learning_curves(results: dict) -> bytes:
             steps = [p["step"] for p in points]
             reward = [p["reward"] for p in points]
             color = _SEED_COLORS[k % len(_SEED_COLORS)]
-            ax.plot(steps, reward, color=color, alpha=0.25, linewidth=1.0)
-            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, label=f"seed {results['runs'][run]['seed']}")
+            # A variant's runs share their arm's panel, dashed and named.
+            variant = results["runs"][run].get("variant")
+            style = "--" if variant else "-"
+            label = f"{variant + ' ' if variant else ''}seed {results['runs'][run]['seed']}"
+            ax.plot(steps, reward, color=color, alpha=0.25, linewidth=1.0, linestyle=style)
+            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, linestyle=style, label=label)
             drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
