@@ -6,13 +6,17 @@
                             seconds, sample_seconds, learn_seconds, the learner's row and padded tokens and
                             the messages it skipped for a zero advantage (of rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
                             a process add shared_runs, and each is charged its share of the common sampling)
-      transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
+      transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages (and, when
+                            training with partners, `partner_seat`: the seat the frozen base played, or null)
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
       done.json             written last: the run finished, and which config produced it
 
 All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
 needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
+
+With `train.partners`, a share of each step's problems seats the frozen untrained base (a second copy of it) in
+one seat of all their chats, chosen from (seed, k) (`partners.py`); only the learner's messages are trained.
 
 Several runs can share a process (`train_runs`, `train.runs_per_process`): one frozen base, one adapter and one
 AdamW state per run, swapped into the model's adapter in turn; each step samples every run's chats in one batch
@@ -361,8 +365,9 @@ def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_c
 
 
 def _frozen_base(cfg: Config, tokenizer, device) -> Player:
-    """The frozen partner: a second copy of the untrained base with its own sampler (under LoRA the base
-    without the adapter; under full fine-tuning the learner's weights move, so the base must be a copy)."""
+    """The frozen partner: a second copy of the untrained base with its own sampler. Under full fine-tuning
+    the learner's weights move, so the base must be a copy; under LoRA the learner's sampler applies its
+    adapter to every row, so a copy (one more set of base weights) is the simple way to rows without it."""
     model = load_base(cfg.model, device).eval().requires_grad_(False)
     engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
                          temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
