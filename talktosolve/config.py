@@ -146,6 +146,10 @@ class TrainConfig:
     against 4.35 s for one, at a peak of 36.3 GB (`bench/results/gpu_shared-h200-2026-12-01.json`). The runs
     then share the sampler's random stream, so their chats differ from those of runs trained one at a time: the
     setting is part of each run's key. 1: one run at a time."""
+    partners: float = 0.0
+    """Partner-mixture training: the share of each step's problems (and so of its chats) in which one seat,
+    drawn from (seed, step), is played by the frozen untrained base instead of the learner (`partners.py`);
+    only the learner's seats are trained. 0: self-play in every chat."""
 
 
 @dataclass
@@ -170,6 +174,21 @@ class EvalConfig:
     influence_kinds: tuple[str, ...] = ("remove", "replace", "renumber")
     """The ablations replayed: `remove` (partners see `(no message)`), `replace` (the same seat's message of
     another problem), `renumber` (its own-only numbers swapped for others of the same shape)."""
+    cross_seed: bool = False
+    """Recipe: also evaluate each trained run in the first seat with every other seed's run of the same arm in
+    the others (the cross-seed matrix: do independently trained protocols understand each other?). With S seeds
+    it adds S x (S - 1) evaluations per arm."""
+
+
+@dataclass
+class VariantConfig:
+    name: str = ""
+    """One more line of trained runs: an arm trained with other settings (e.g. `mix`: the chat arm with base
+    partners), one run per seed, named `{name}-s{seed}`; empty: none."""
+    arm: str = "chat"
+    """The arm its runs are trained and evaluated in (one of `arms`)."""
+    partners: float = 0.0
+    """Its `train.partners` (the share of each step's problems that seat the frozen base)."""
 
 
 @dataclass
@@ -192,6 +211,8 @@ class Config:
     the problem+seed interval); one whose arms were not both run is skipped."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds of each arm."""
+    variant: VariantConfig = field(default_factory=VariantConfig)
+    """An arm trained a second way, evaluated like the arms and compared with its arm's runs (`recipe`)."""
     parallel_runs: int = 1
     """Recipe: train this many (arm, seed) runs at once, each in its own process; on a host with several GPUs
     each process gets its own GPU (run i on GPU i mod count)."""
@@ -409,6 +430,25 @@ def validate(cfg: Config) -> None:
     if t.runs_per_process > 1 and cfg.parallel_runs > 1:
         problems.append("set either parallel_runs (runs in separate processes) or train.runs_per_process (runs "
                         "side by side in one process) above 1, not both.")
+    if cfg.eval.cross_seed and len(cfg.seeds) < 2:
+        problems.append("eval.cross_seed pairs runs of different seeds; give at least 2 seeds or set it to false.")
+    v = cfg.variant
+    if v.name:
+        if v.name in ARMS or "-" in v.name or not v.name.isidentifier():
+            problems.append(f"variant.name is `{v.name}`; name it with letters, digits or `_` (no `-`), unlike "
+                            f"the arms {', '.join(ARMS)}.")
+        if v.arm not in cfg.arms:
+            problems.append(f"variant.arm is `{v.arm}`, which is not in arms {list(cfg.arms)}; add it there.")
+        if not 0 <= v.partners <= 1:
+            problems.append(f"variant.partners is {v.partners}; it is a share, from 0 to 1.")
+        if v.partners > 0 and t.runs_per_process > 1:
+            problems.append("variant.partners > 0 trains with a frozen partner, which runs sharing a process do "
+                            "not support; set train.runs_per_process=1.")
+    if not 0 <= t.partners <= 1:
+        problems.append(f"train.partners is {t.partners}; it is a share of each step's problems, from 0 to 1.")
+    if t.partners > 0 and t.runs_per_process > 1:
+        problems.append("train.partners > 0 trains with a frozen partner, which runs sharing a process "
+                        "(train.runs_per_process > 1) do not support; set train.runs_per_process=1.")
     if t.microbatch_tokens < 0:
         problems.append(f"train.microbatch_tokens is {t.microbatch_tokens}; use 0 (micro-batches by chats) or a "
                         "token budget such as 12288 (the default).")

@@ -9,7 +9,7 @@ the team's protocol, N seats):
     every message of the chat carries the chat's advantage A_{q,g}.
 
     L(theta) = - (1 / N) * sum_m sum_{t < |y_m|} A_m * pi_theta(y_{m,t} | x_m, y_{m,<t}) / sg[pi_theta(...)]
-    N        = sum_m |y_m|                                       every generated token of the step
+    N        = sum_m |y_m|                                       every token the learner generated in the step
 
 so grad L = -(1/N) sum_m A_m sum_t grad log pi(y_{m,t}). One update per batch (on-policy), so the PPO ratio is 1
 and the clip never acts: we drop it rather than compute a no-op. No KL term, no reference model.
@@ -21,6 +21,14 @@ Departures from textbook GRPO (Shao et al. 2024), all from the recipe (Park et a
   `bnpo`/`dapo`), not per-sequence then per-group: long and short messages weigh by their tokens. Because N is
   the whole step's count, gradient accumulation over micro-batches gives exactly the full-batch gradient;
 - the reward is a team reward shared by every seat's messages (multi-agent; the seats share one policy).
+
+Frozen partners (`train.partners`, `partners.py`): in some problems one seat is played by the frozen untrained
+base. Its messages are not samples: they get no gradient, and their tokens are not in N (the sums over m run
+over the learner's messages only). Such a problem seats the partner in all of its G chats, so a group is never
+mixed: the advantage stays centred per problem over its chats, and the baseline is the mean reward of the same
+team on the same problem. A group mixing self-play and partner chats would charge the learner's messages in its
+partner chats for the partner's weakness (their rewards sit below a mean lifted by the self-play chats), a
+negative advantage no message of theirs earned.
 
 A message whose exact tokens begin a later view of the same chat (a copy's first message inside its final
 view) is read from that view's row instead of its own (`to_sequences`): same log-probs, less compute. A message

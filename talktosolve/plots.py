@@ -7,6 +7,8 @@
 * `cross_play.png`       per run: base team vs trained team vs cross-play vs its other side.
 * `influence.png`        (when the influence stage ran) per arm: each message's influence on each listener (the
   drop in its accuracy under each ablation) before training (the base team) and after (trained, all seeds).
+* `cross_seed.png`       (when results.json has the cross-seed matrix) a heat map per line of runs: run i in the
+  first seat, run j in the others, each cell its accuracy and 95% interval; the diagonal is the trained teams.
 
 Evaluations are found by their records (`results.find_eval`: arm, kind, run), never by their names.
 
@@ -102,8 +104,12 @@ def plot_learning_curves(results: dict) -> bytes:
             steps = [p["step"] for p in points]
             reward = [p["reward"] for p in points]
             color = _SEED_COLORS[k % len(_SEED_COLORS)]
-            ax.plot(steps, reward, color=color, alpha=0.25, linewidth=1.0)
-            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, label=f"seed {results['runs'][run]['seed']}")
+            # A variant's runs share their arm's panel, dashed and named.
+            variant = results["runs"][run].get("variant")
+            style = "--" if variant else "-"
+            label = f"{variant + ' ' if variant else ''}seed {results['runs'][run]['seed']}"
+            ax.plot(steps, reward, color=color, alpha=0.25, linewidth=1.0, linestyle=style)
+            ax.plot(steps, _smooth(reward), color=color, linewidth=2.0, linestyle=style, label=label)
             drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
@@ -256,18 +262,40 @@ def plot_influence(results: dict) -> bytes:
     return _png(fig)
 
 
+def plot_cross_seed(results: dict) -> bytes:
+    first = results["run"]["protocol"]["seats"][0]
+    lines = list(results["cross_seed"].items())
+    fig, axes = _figure(4.6 * len(lines) + 0.8, 4.4, ncols=len(lines))
+    for ax, (line, m) in zip(axes, lines):
+        runs, acc = m["runs"], m["accuracy"]
+        image = ax.imshow(acc, vmin=0.0, vmax=1.0, cmap="viridis")
+        for i, row in enumerate(acc):
+            for j, value in enumerate(row):
+                ax.text(j, i, f"{value:.3f}\n[{m['lo'][i][j]:.2f}, {m['hi'][i][j]:.2f}]", ha="center", va="center",
+                        fontsize=7, color="black" if value > 0.6 else "white")
+        ax.set_xticks(range(len(runs)), runs, fontsize=8)
+        ax.set_yticks(range(len(runs)), runs, fontsize=8)
+        ax.set_xlabel("run in the other seats")
+        ax.set_ylabel(f"run in seat {first}")
+        d = m["self_minus_cross"]
+        ax.set_title(f"{line}: self - cross-seed {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="accuracy")
+    return _png(fig)
+
+
+OPTIONAL_PLOTS: dict[str, tuple[str, Callable[[dict], bytes]]] = {
+    "cross_seed.png": ("cross_seed", plot_cross_seed),
+    "influence.png": ("influence", plot_influence),
+}
+"""Plots drawn only when results.json holds their section."""
+
+
 _PLOTTERS: dict[str, Callable[[dict], bytes]] = {
     "learning_curves.png": plot_learning_curves,
     "accuracy.png": plot_accuracy,
     "talk.png": plot_talk,
     "cross_play.png": plot_cross_play,
-    "influence.png": plot_influence,
 }
-
-
-def plot_names(results: dict) -> tuple[str, ...]:
-    """The plots these results draw: influence only where the stage ran."""
-    return PLOTS + (("influence.png",) if results.get("influence") else ())
 
 
 def render_plots(results: dict) -> dict[str, bytes]:
@@ -276,4 +304,6 @@ def render_plots(results: dict) -> dict[str, bytes]:
     import matplotlib.style
 
     with matplotlib.style.context("default"):
-        return {name: _PLOTTERS[name](results) for name in plot_names(results)}
+        out = {name: _PLOTTERS[name](results) for name in PLOTS}
+        out.update({name: draw(results) for name, (section, draw) in OPTIONAL_PLOTS.items() if results.get(section)})
+        return out

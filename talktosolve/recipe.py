@@ -16,15 +16,21 @@ Each stage's output carries the config key that produced it (`done.json`, `summa
 what is finished under the same config, resumes a training run from its last checkpoint, and redoes what a
 changed setting made stale.
 
+What is trained is a list of `Line`s, each one run per seed: every arm of `arms`, and the `variant` when the
+config names one (an arm trained with other settings, e.g. base partners; its runs are `{variant}-s{seed}`).
+
 Evaluations are `EvalSpec` records (an arm, and who plays each seat: a run or the base; `recipe_evals`): the
 untrained team in each arm, each trained run in every seat, cross-play (the run in the first seat, the base in
-the others) and its other side (the base in the first seat, the run in the others), each in the run's own arm.
-Their folder names (`base-chat`, `chat-s0`, `cross-chat-s0`, `cross-others-chat-s0`) are for reading only;
-results.json records each evaluation's arm and seats.
+the others) and its other side (the base in the first seat, the run in the others), each in the run's own arm;
+with `eval.cross_seed`, each run in the first seat with every other run of its line in the others (the
+cross-seed matrix, `crossplay`). Their folder names (`base-chat`, `chat-s0`, `cross-chat-s0`,
+`cross-others-chat-s0`, `chat-s0-with-chat-s1`) are for reading only; results.json records each evaluation's
+arm and seats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import platform
 from dataclasses import dataclass
@@ -34,6 +40,7 @@ from talktosolve import __version__
 from talktosolve.arms import ARMS, comparison_arms
 from talktosolve.chat import Seat, view
 from talktosolve.config import Config
+from talktosolve.crossplay import against_arm, cross_seed_matrix
 from talktosolve.evaluate import evaluate
 from talktosolve.influence import includes_zero
 from talktosolve.stats import mean_ci, paired_delta_report
@@ -65,21 +72,52 @@ class EvalSpec:
         """For display and the folder only; nothing reads an evaluation's identity back from it. Its kind is read
         as results.json's readers read it (`results.eval_kind`)."""
         kind, run = eval_kind({"seats": {k: run or "base" for k, run in enumerate(self.seats)}})
+        if kind == "cross_seed":
+            return f"{run}-with-{self.seats[1]}"
         return {"base": f"base-{self.arm}", "team": run, "cross": f"cross-{run}",
                 "cross_others": f"cross-others-{run}"}[kind]
 
 
+@dataclass
+class Line:
+    """One line of trained runs, one per seed: an arm of the recipe, or its variant (an arm trained otherwise)."""
+
+    name: str
+    """The arm's name, or the variant's; its runs are `{name}-s{seed}`."""
+    arm: str
+    """The arm its runs play in."""
+    cfg: Config
+    """The config its runs train with."""
+
+    def runs(self, seeds) -> list[str]:
+        return [run_name(self.name, s) for s in seeds]
+
+
+def trained_lines(cfg: Config) -> list[Line]:
+    """The recipe's arms, then the variant (when `variant.name` is set), trained with its own settings."""
+    lines = [Line(arm, arm, cfg) for arm in cfg.arms]
+    v = cfg.variant
+    if v.name:
+        lines.append(Line(v.name, v.arm, dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
+                                                                                            partners=v.partners))))
+    return lines
+
+
 def recipe_evals(cfg: Config, protocol: Protocol) -> list[EvalSpec]:
-    """The recipe's evaluations: the untrained team in each arm; for each trained run, the run in every seat,
-    the run in the first seat with the base in the others (cross-play), and the base in the first seat with the
-    run in the others (the other side)."""
+    """The recipe's evaluations: the untrained team in each arm; for each trained run (of every line), the run
+    in every seat, the run in the first seat with the base in the others (cross-play), and the base in the first
+    seat with the run in the others (the other side); with `eval.cross_seed`, each run in the first seat with
+    each other run of its line in the others."""
     n = len(protocol.seats)
     out = [EvalSpec(arm, (None,) * n) for arm in cfg.arms]
-    for arm in cfg.arms:
-        for seed in cfg.seeds:
-            run = run_name(arm, seed)
-            out += [EvalSpec(arm, (run,) * n), EvalSpec(arm, (run,) + (None,) * (n - 1)),
-                    EvalSpec(arm, (None,) + (run,) * (n - 1))]
+    for line in trained_lines(cfg):
+        for run in line.runs(cfg.seeds):
+            out += [EvalSpec(line.arm, (run,) * n), EvalSpec(line.arm, (run,) + (None,) * (n - 1)),
+                    EvalSpec(line.arm, (None,) + (run,) * (n - 1))]
+    if cfg.eval.cross_seed:
+        for line in trained_lines(cfg):
+            runs = line.runs(cfg.seeds)
+            out += [EvalSpec(line.arm, (a,) + (b,) * (n - 1)) for a in runs for b in runs if a != b]
     return out
 
 
@@ -99,26 +137,34 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
         return evaluate(cfg, test_set, out / "evals" / spec.name, arm=spec.arm, seats=seats, progress=progress,
                         label=f"eval {spec.name}")
 
+    lines = trained_lines(cfg)
     if cfg.parallel_runs > 1:
-        train_in_parallel(cfg, out)
+        train_in_parallel(lines, cfg, out)
     elif cfg.train.runs_per_process > 1:
         k = cfg.train.runs_per_process
-        runs = [(arm, seed, out / "runs" / run_name(arm, seed)) for arm in cfg.arms for seed in cfg.seeds]
-        for group in (runs[i:i + k] for i in range(0, len(runs), k)):  # fixed groups: a rerun resumes the same
-            train_runs(cfg, group, train_set, progress=progress,
-                       loggers=[loggers_for(run_name(a, s)) if loggers_for else () for a, s, _ in group])
+        # Fixed groups: a rerun resumes the same. The arms' runs group as they did before variants existed.
+        for group_lines in ([line for line in lines if line.name in cfg.arms],
+                            [line for line in lines if line.name not in cfg.arms]):
+            runs = [(line, seed) for line in group_lines for seed in cfg.seeds]
+            for group in (runs[i:i + k] for i in range(0, len(runs), k)):
+                train_runs(group[0][0].cfg, [(line.arm, s, out / "runs" / run_name(line.name, s)) for line, s in group],
+                           train_set, progress=progress,
+                           loggers=[loggers_for(run_name(line.name, s)) if loggers_for else () for line, s in group])
     specs = recipe_evals(cfg, protocol)
     evals: dict[EvalSpec, dict] = {}
     for spec in specs:
         if all(run is None for run in spec.seats):
             evals[spec] = ev(spec)
-    for arm in cfg.arms:
+    trained: set[str] = set()
+    for line in lines:
         for seed in cfg.seeds:
-            name = run_name(arm, seed)
+            name = run_name(line.name, seed)
             loggers = loggers_for(name) if loggers_for else ()
-            train(cfg, arm, seed, out / "runs" / name, train_set, progress=progress, loggers=loggers)
+            train(line.cfg, line.arm, seed, out / "runs" / name, train_set, progress=progress, loggers=loggers)
+            trained.add(name)
+            # Each evaluation as soon as every run it seats is trained.
             for spec in specs:
-                if name in spec.seats:
+                if spec not in evals and name in spec.seats and set(spec.seats) - {None} <= trained:
                     evals[spec] = ev(spec)
     influence = replay_teams(cfg, out, specs, evals, progress) if cfg.eval.influence else None
     results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, influence)
@@ -152,8 +198,8 @@ def replay_teams(cfg: Config, out: Path, specs: list[EvalSpec], evals: dict, pro
                                    label=f"influence {spec.name}") for spec in teams}
 
 
-def train_in_parallel(cfg: Config, out: Path) -> None:
-    """Train the pending (arm, seed) runs `cfg.parallel_runs` at a time, each a `talktosolve train` process.
+def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
+    """Train the lines' pending runs `cfg.parallel_runs` at a time, each a `talktosolve train` process.
 
     Each process resumes or skips its run exactly as the sequential path would (same config, same folder), so
     the recipe's own loop then finds every run done. Each of the `parallel_runs` slots holds one process at a
@@ -170,17 +216,21 @@ def train_in_parallel(cfg: Config, out: Path) -> None:
 
     from talktosolve.train import TrainingError, is_done
 
-    pending = [(a, s) for a in cfg.arms for s in cfg.seeds if not is_done(out / "runs" / run_name(a, s), cfg, a, s)]
+    pending = [(line, s) for line in lines for s in cfg.seeds
+               if not is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s)]
     if not pending:
         return
-    config_file = out / "train_config.json"
-    write_json(config_file, cfg.to_dict())
+    config_files = {}
+    for line in {line.name: line for line, _ in pending}.values():
+        config_files[line.name] = out / ("train_config.json" if line.name == line.arm
+                                         else f"train_config-{line.name}.json")
+        write_json(config_files[line.name], line.cfg.to_dict())
     gpus = torch.cuda.device_count() if cfg.device in ("auto", "cuda") else 0
     slots: queue.Queue = queue.Queue()
     for k in range(cfg.parallel_runs):
         slots.put(k)
 
-    def run(arm: str, seed: int) -> bool:
+    def run(line: Line, seed: int) -> bool:
         slot = slots.get()
         try:
             env = dict(os.environ)
@@ -188,15 +238,16 @@ def train_in_parallel(cfg: Config, out: Path) -> None:
                 env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
             else:  # share the cores: oversubscribed OpenMP threads spin and slow every process down
                 env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.parallel_runs))
-            cmd = [sys.executable, "-m", "talktosolve.cli", "train", "--preset", str(config_file), "--arm", arm,
-                   "--seed", str(seed), "--out", str(out / "runs" / run_name(arm, seed)), "--quiet"]
+            cmd = [sys.executable, "-m", "talktosolve.cli", "train", "--preset", str(config_files[line.name]),
+                   "--arm", line.arm, "--seed", str(seed), "--out", str(out / "runs" / run_name(line.name, seed)),
+                   "--quiet"]
             return subprocess.run(cmd, env=env).returncode == 0
         finally:
             slots.put(slot)
 
     with ThreadPoolExecutor(cfg.parallel_runs) as pool:
         ok = list(pool.map(lambda job: run(*job), pending))
-    failed = [run_name(a, s) for (a, s), good in zip(pending, ok) if not good]
+    failed = [run_name(line.name, s) for (line, s), good in zip(pending, ok) if not good]
     if failed:
         raise TrainingError(f"parallel training failed for {', '.join(failed)}; rerun the recipe to resume them "
                             "(or set parallel_runs=1 to see the error in this process).")
@@ -248,17 +299,25 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     def base(arm: str) -> float:
         return find("chat" if "chat" in cfg.arms else arm, (None,) * n)["accuracy"]
 
-    arms = {}
-    for arm in cfg.arms:
-        acc, lo, hi = mean_ci(scores(arm))
+    def sides(line: Line) -> dict:
+        """The line's per-problem scores [S, P]: its trained teams, cross-play and the other side."""
+        runs = line.runs(seeds)
+        return {"team": np.array([find(line.arm, (r,) * n)["scores"] for r in runs]),
+                "cross": np.array([find(line.arm, (r,) + (None,) * (n - 1))["scores"] for r in runs]),
+                "cross_others": np.array([find(line.arm, (None,) + (r,) * (n - 1))["scores"] for r in runs])}
+
+    def summary(line: Line) -> dict:
+        acc, lo, hi = mean_ci(sides(line)["team"])
         per_seed = {}
-        for s in seeds:
-            run = run_name(arm, s)
-            m, l, h = mean_ci(np.array([pair(arm, s)["scores"]]))
+        for s, run in zip(seeds, line.runs(seeds)):
+            m, l, h = mean_ci(np.array([find(line.arm, (run,) * n)["scores"]]))
             per_seed[str(s)] = {"accuracy": m, "lo": l, "hi": h,
-                                "cross_play": find(arm, (run,) + (None,) * (n - 1))["accuracy"],
-                                "cross_play_others": find(arm, (None,) + (run,) * (n - 1))["accuracy"]}
-        arms[arm] = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
+                                "cross_play": find(line.arm, (run,) + (None,) * (n - 1))["accuracy"],
+                                "cross_play_others": find(line.arm, (None,) + (run,) * (n - 1))["accuracy"]}
+        return {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
+
+    lines = trained_lines(cfg)
+    arms = {line.name: summary(line) for line in lines if line.name in cfg.arms}
     comparisons = {}
     for text in cfg.comparisons:
         a, b = comparison_arms(text)
@@ -271,7 +330,7 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     checks = dict(split_checks(problems, protocol.seats))
     checks.pop("n_checked")
     files = [out / "evals" / spec.name / "chats.jsonl" for spec in evals]
-    files += [out / "runs" / run_name(arm, s) / "transcripts.jsonl" for arm in cfg.arms for s in seeds]
+    files += [out / "runs" / run / "transcripts.jsonl" for line in lines for run in line.runs(seeds)]
     checks["views_respect_arms"] = views_respect_arms(files, protocol, cfg.chat)
     checks["interval_excludes_zero"] = {k: None if c is None else c["excludes_zero"] for k, c in comparisons.items()}
     checks["chat_beats_base"] = {str(s): pair("chat", s)["accuracy"] > base("chat")
@@ -288,14 +347,23 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     curves = {}
     train_seconds = 0.0
     runs = {}
-    for arm in cfg.arms:
-        for s in seeds:
-            name = run_name(arm, s)
-            runs[name] = {"arm": arm, "seed": s}
+    for line in lines:
+        for s, name in zip(seeds, line.runs(seeds)):
+            runs[name] = {"arm": line.arm, "seed": s, **({} if line.name in cfg.arms else {"variant": line.name})}
             rows = read_jsonl(out / "runs" / name / "metrics.jsonl")
             train_seconds += sum(r["perf/seconds"] for r in rows)
             curves[name] = [{"step": r["step"], "reward": r["train/reward"], "send": r["talk/send"],
                              "use": r["talk/use"], "ask": r["talk/ask"]} for r in rows]
+    extra = {}
+    if cfg.eval.cross_seed:
+        extra["cross_seed"] = {
+            line.name: {"arm": line.arm, **cross_seed_matrix(
+                line.runs(seeds), lambda a, b, arm=line.arm: find(arm, (a,) + (b,) * (n - 1))["scores"])}
+            for line in lines}
+    if cfg.variant.name:
+        variant, of = lines[-1], next(line for line in lines if line.name == cfg.variant.arm)
+        extra["variant"] = {"name": variant.name, "arm": variant.arm, "partners": cfg.variant.partners,
+                            **summary(variant), "against_arm": against_arm(sides(variant), sides(of))}
     return {
         "schema_version": 2,
         "preset": preset,
@@ -311,6 +379,7 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         "checks": checks,
         "curves": curves,
         "influence": influence_entry,
+        **extra,
     }
 
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from talktosolve.plots import PLOTS, TALK_SHOWN, plot_names, render_plots
-from talktosolve.results import KINDS, eval_kind, find_eval, run_names, validate_results
+from talktosolve.plots import PLOTS, TALK_SHOWN, render_plots
+from talktosolve.results import KINDS, eval_kind, find_eval, find_evals, run_names, validate_results
 from talktosolve.store import write_bytes, write_text
 
 __all__ = ["write_report", "terminal_summary", "render_markdown", "render_html", "verdict", "PLOTS"]
@@ -123,7 +123,7 @@ def _eval_order(results: dict) -> list[str]:
     for kind in KINDS:
         for arm in _arms(results):
             runs = [None] if kind == "base" else run_names(results, arm)
-            out += [found[0] for found in (find_eval(results, arm, kind, r) for r in runs) if found]
+            out += [name for r in runs for name, _ in find_evals(results, arm, kind, r)]
     return out
 
 
@@ -136,6 +136,8 @@ def _describe(entry: dict) -> str:
         return f"trained team {run}"
     if kind == "cross":
         return f"trained {seats[0]} ({run}) + base {', '.join(seats[1:])}"
+    if kind == "cross_seed":
+        return f"trained {seats[0]} ({run}) + trained {', '.join(seats[1:])} ({entry['seats'][seats[1]]})"
     return f"base {seats[0]} + trained {', '.join(seats[1:])} ({run})"
 
 
@@ -226,6 +228,7 @@ def _sections(results: dict) -> list[tuple]:
                          s3(cross[1]["accuracy"] - team[1]["accuracy"])])
     out.append(("table", ["arm", "seed", "base team", "trained team", "cross-play", "other side", "cross − team"],
                 rows))
+    out += _cross_seed_blocks(results) + _variant_blocks(results)
 
     out += _influence_sections(results)
 
@@ -248,10 +251,12 @@ def _sections(results: dict) -> list[tuple]:
     for file, alt in (("learning_curves.png", "Learning curves: team reward per step, per arm and seed"),
                       ("accuracy.png", "Accuracy with 95% intervals"),
                       ("talk.png", "Talk metrics before and after training"),
-                      ("cross_play.png", "Cross-play vs trained team vs base team"),
-                      ("influence.png", "Influence of each message before and after training")):
-        if file in plot_names(results):
-            out.append(("img", f"plots/{file}", alt))
+                      ("cross_play.png", "Cross-play vs trained team vs base team")):
+        out.append(("img", f"plots/{file}", alt))
+    if "cross_seed" in results:
+        out.append(("img", "plots/cross_seed.png", "Cross-seed matrix: run in the first seat x run in the others"))
+    if results.get("influence"):
+        out.append(("img", "plots/influence.png", "Influence of each message before and after training"))
     return out
 
 
@@ -292,6 +297,48 @@ def _influence_sections(results: dict) -> list[tuple]:
         out.append(("table", ["message", "ablation", "drop before", "drop after", "after − before", "flip after",
                               "follow after", "changed"], rows))
     return out
+
+
+SIDE_TEXT = {"team": "trained team", "cross": "cross-play (trained first seat + base)",
+             "cross_others": "other side (base first seat + trained)", "both_sides": "cross-play, both sides (mean)"}
+
+
+def _cross_seed_blocks(results: dict) -> list[tuple]:
+    """The cross-seed matrix of each line of runs, and its self-play minus cross-seed delta."""
+    if "cross_seed" not in results:
+        return []
+    first = _seat_names(results)[0]
+    out: list[tuple] = [("h2", "Cross-seed matrix"),
+                        ("p", f"Each trained run in seat {first} with another seed's run of the same line in the other "
+                              "seats (zero-shot coordination); the diagonal is each trained team. Cells: accuracy "
+                              "[95% interval over problems]. self − cross-seed: each run's own team minus the mean "
+                              "of its meetings with the others, paired over problems, interval over problems and "
+                              "seeds.")]
+    for line, m in results["cross_seed"].items():
+        rows = [[run] + [f"{f3(a)} {interval(lo, hi)}" for a, lo, hi in zip(m["accuracy"][i], m["lo"][i], m["hi"][i])]
+                for i, run in enumerate(m["runs"])]
+        out.append(("table", [f"{line}: seat {first} \\ others"] + m["runs"], rows))
+        d = m["self_minus_cross"]
+        out.append(("p", f"{line}: self − cross-seed = {s3(d['delta'])} {interval(d['lo'], d['hi'], signed=True)}."))
+    return out
+
+
+def _variant_blocks(results: dict) -> list[tuple]:
+    """The variant's runs against its arm's, side by side."""
+    v = results.get("variant")
+    if v is None:
+        return []
+    arm = results["arms"][v["arm"]]
+    rows = []
+    for side, d in v["against_arm"].items():
+        rows.append([SIDE_TEXT[side], s3(d["delta"]), interval(d["lo"], d["hi"], signed=True), mark(d["excludes_zero"])])
+    return [("h2", f"Variant {v['name']}"),
+            ("p", f"The {v['arm']} arm trained with a share {f3(v['partners'])} of each step's problems seating the "
+                  f"frozen untrained base in one seat; its trained teams {f3(v['accuracy'])} "
+                  f"{interval(v['lo'], v['hi'])} against the {v['arm']} arm's {f3(arm['accuracy'])} "
+                  f"{interval(arm['lo'], arm['hi'])}. Each delta: {v['name']} − {v['arm']}, paired over problems, "
+                  "interval over problems and seeds."),
+            ("table", ["figure", f"{v['name']} − {v['arm']}", "95% interval", "excludes 0"], rows)]
 
 
 # ----------------------------------------------------------------------------------------------- renderers
@@ -463,6 +510,15 @@ def terminal_summary(results: dict) -> str:
         if comp.get("warning"):
             lines.append(f"warning: {comp['warning']}")
     lines.append("verdict: " + verdict(results).replace("−", "-"))
+    for line, m in results.get("cross_seed", {}).items():
+        d = m["self_minus_cross"]
+        lines.append(f"self - cross-seed {line}: {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] "
+                     f"(diagonal minus off-diagonal mean)")
+    if "variant" in results:
+        v = results["variant"]
+        for side, d in v["against_arm"].items():
+            lines.append(f"{v['name']} - {v['arm']}, {SIDE_TEXT[side].replace('−', '-')}: {d['delta']:+.3f} "
+                         f"[{d['lo']:+.3f}, {d['hi']:+.3f}]")
     if results.get("influence"):
         rows = [[arm, f"turn {t['turn']} {t['writer']}->{t['listener']}", f"{b['drop']['mean']:+.3f}",
                  f"{t['drop']['mean']:+.3f} [{t['drop']['lo']:+.3f}, {t['drop']['hi']:+.3f}]",

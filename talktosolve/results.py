@@ -13,6 +13,10 @@ wherever an interval is given; `comparisons` holds each configured comparison, n
 was not run, and `checks.interval_excludes_zero` its `excludes_zero` (null without it); the per-seed check maps
 hold exactly the seeds of the arm they concern (`chat_beats_base`, `cross_play_below_pair`: the chat arm;
 `cut_near_base`: the cut arm; empty when that arm was not run).
+
+Two optional sections: `variant` (present exactly when `config.variant.name` is set: its runs are in `runs`
+with a `variant` key, `{name}-s{seed}`, and evaluated like an arm's) and `cross_seed` (present exactly when
+`config.eval.cross_seed` is on: per line of runs, the matrix, whose every off-diagonal evaluation is in `evals`).
 """
 
 from __future__ import annotations
@@ -110,7 +114,11 @@ def _check_consistency(r: dict) -> None:
             or len(protocol["finals"]) != len(seats):
         _fail(("run", "protocol"), "its order, limits and finals do not fit its seats")
 
-    runs = {f"{a}-s{s}": (a, s) for a in arms for s in r["run"]["seeds"]}
+    variant = r.get("variant")
+    if (variant is not None) != bool(r["config"].get("variant", {}).get("name")):
+        _fail(("variant",), "must be present exactly when config.variant.name is set")
+    lines = {a: a for a in arms} | ({variant["name"]: variant["arm"]} if variant else {})
+    runs = {f"{line}-s{s}": (a, s) for line, a in lines.items() for s in r["run"]["seeds"]}
     _check_keys(r["runs"], set(runs), ("runs",), "training run")
     for name, (arm, seed) in runs.items():
         if (r["runs"][name]["arm"], r["runs"][name]["seed"]) != (arm, seed):
@@ -129,6 +137,29 @@ def _check_consistency(r: dict) -> None:
     want = {(a, ("base",) * n) for a in arms}
     for name, (a, _) in runs.items():
         want |= {(a, (name,) * n), (a, (name,) + ("base",) * (n - 1)), (a, ("base",) + (name,) * (n - 1))}
+    cross_seed = r.get("cross_seed")
+    if (cross_seed is not None) != bool(r["config"].get("eval", {}).get("cross_seed")):
+        _fail(("cross_seed",), "must be present exactly when config.eval.cross_seed is on")
+    if cross_seed is not None:
+        _check_keys(cross_seed, set(lines), ("cross_seed",), "line of runs")
+        for line, a in lines.items():
+            mine = [f"{line}-s{s}" for s in r["run"]["seeds"]]
+            if cross_seed[line]["runs"] != mine or cross_seed[line]["arm"] != a:
+                _fail(("cross_seed", line), f"must hold the runs {mine} of arm {a}, in seed order")
+            want |= {(a, (x,) + (y,) * (n - 1)) for x in mine for y in mine if x != y}
+            for key in ("accuracy", "lo", "hi"):
+                if [len(row) for row in cross_seed[line][key]] != [len(mine)] * len(mine):
+                    _fail(("cross_seed", line, key), f"must be {len(mine)} x {len(mine)}, one row and column per run")
+            for i, row in enumerate(cross_seed[line]["accuracy"]):
+                for j, acc in enumerate(row):
+                    if not cross_seed[line]["lo"][i][j] - _TOL <= acc <= cross_seed[line]["hi"][i][j] + _TOL:
+                        _fail(("cross_seed", line, "accuracy", i, j), f"{acc} is outside its interval")
+            _check_interval(cross_seed[line]["self_minus_cross"], ("cross_seed", line, "self_minus_cross"), "delta")
+    if variant is not None:
+        _check_interval(variant, ("variant",), "accuracy")
+        _check_keys(variant["seeds"], set(seed_keys), ("variant", "seeds"), "seed")
+        for side, d in variant["against_arm"].items():
+            _check_interval(d, ("variant", "against_arm", side), "delta")
     have = {}
     for name, ev in r["evals"].items():
         path = ("evals", name)
@@ -186,9 +217,10 @@ def _check_consistency(r: dict) -> None:
 
 # ------------------------------------------------------------------------------------------ reading the records
 
-KINDS = ("base", "team", "cross", "cross_others")
+KINDS = ("base", "team", "cross", "cross_others", "cross_seed")
 """What an evaluation is, from who sits where: the untrained team; a run in every seat; a run in the first seat
-with the base in the others (cross-play); the base in the first seat with a run in the others (its other side)."""
+with the base in the others (cross-play); the base in the first seat with a run in the others (its other side);
+a run in the first seat with another run in the others (a cell of the cross-seed matrix)."""
 
 
 def eval_kind(entry: dict) -> tuple[str, str | None]:
@@ -203,17 +235,24 @@ def eval_kind(entry: dict) -> tuple[str, str | None]:
         return "cross", first
     if first == "base" and len(rest) == 1:
         return "cross_others", rest.pop()
+    if len(rest) == 1 and "base" not in rest:
+        return "cross_seed", first
     raise ValueError(f"an evaluation with seats {entry['seats']} is none of {KINDS}")
 
 
 def find_eval(results: dict, arm: str, kind: str, run: str | None = None) -> tuple[str, dict] | None:
-    """(name, entry) of the evaluation of `kind` in `arm` (of `run`, for all but the base), or None."""
-    for name, entry in results["evals"].items():
-        if entry["arm"] == arm and eval_kind(entry) == (kind, run):
-            return name, entry
-    return None
+    """(name, entry) of the evaluation of `kind` in `arm` (of `run`, for all but the base), or None; for
+    `cross_seed`, the first of the run's (`find_evals` gives them all)."""
+    found = find_evals(results, arm, kind, run)
+    return found[0] if found else None
+
+
+def find_evals(results: dict, arm: str, kind: str, run: str | None = None) -> list[tuple[str, dict]]:
+    """Every (name, entry) of `kind` in `arm` (of `run`, for all but the base), in results.json's order."""
+    return [(name, entry) for name, entry in results["evals"].items()
+            if entry["arm"] == arm and eval_kind(entry) == (kind, run)]
 
 
 def run_names(results: dict, arm: str) -> list[str]:
-    """The arm's training runs, in seed order."""
+    """The arm's training runs (the variant's too, when it plays in this arm), in seed order."""
     return [name for name, r in results["runs"].items() if r["arm"] == arm]

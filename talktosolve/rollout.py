@@ -7,6 +7,11 @@ seats: cross-play); a turn's chats are batched through its speaker's player. The
 records: token ids for the learner, text for transcripts and metrics. Nothing here grades or rewards: the
 caller does (`reward.score_chats`), so the sampler never sees a reward.
 
+Chats of one batch may seat different players (a *lineup* per chat: in partner-mixture training some chats
+seat a frozen partner where the others seat the learner). Each turn, the chats are grouped by their speaker's
+player, and each group is one batched call through that player; each (seat, player) keeps its own KV session,
+since a chat's lineup is the same at every turn.
+
 A replay (`Prefix`) starts each chat from recorded messages instead of turn 0, optionally showing partners
 something else in place of some of them (an ablation), and samples the turns after them with the same seeds the
 recorded chat was sampled with, so an unchanged replay of the same batch repeats the recorded chat.
@@ -142,15 +147,21 @@ def _encode(tokenizer, views: list[list[dict]], earlier: list[_Said | None]) -> 
     return texts, [h + list(e) for h, e in zip(heads, encoded)]
 
 
-def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player], protocol: Protocol,
+Lineup = dict[str, Player]
+"""Who plays each seat of one chat: `{seat: Player}`."""
+
+
+def play_chats(problems: list, arm: Arm | list[Arm], players: Lineup | list[Lineup], protocol: Protocol,
                chat: ChatConfig, *, chats_per_problem: int, seed: int, progress=None,
                prefixes: list[Prefix] | None = None, until: int | None = None) -> list[Chat]:
     """Play `chats_per_problem` chats on each problem; chats are grouped by problem, in order.
 
     `problems` are records with `id`, `facts`, `question`, `gold`; `arm` is one arm for all, or one per problem
     (runs of several arms sharing decode steps); `players` gives each seat of the protocol its player (one
-    player may sit in several seats). `seed` fixes the sampling (a torch.Generator per turn), so the same call
-    gives the same chats. The chats come back ungraded (`reward.score_chats` grades them).
+    player may sit in several seats): one lineup for every chat, or one per chat (in the order the chats come
+    back). `seed` fixes the sampling (a torch.Generator per turn, drawn from by each turn's groups in the order
+    of their first chat), so the same call gives the same chats. The chats come back ungraded
+    (`reward.score_chats` grades them).
 
     A replay gives `prefixes`, one per chat (all of one length k): turns 0..k-1 are those messages, not sampled
     (each view is still built, as the recorded one was), and sampling starts at turn k with that turn's seed, as
@@ -160,9 +171,14 @@ def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player],
     arms = [arm] * len(problems) if isinstance(arm, Arm) else list(arm)
     if len(arms) != len(problems):
         raise ValueError(f"{len(arms)} arms for {len(problems)} problems")
-    missing = [s for s in protocol.seats if s not in players]
-    if missing:
-        raise ValueError(f"no player for seats {missing}")
+    n_chats = len(problems) * chats_per_problem
+    lineups = [players] * n_chats if isinstance(players, dict) else list(players)
+    if len(lineups) != n_chats:
+        raise ValueError(f"{len(lineups)} lineups for {n_chats} chats")
+    for lineup in lineups:
+        missing = [s for s in protocol.seats if s not in lineup]
+        if missing:
+            raise ValueError(f"no player for seats {missing}")
     chats = []
     for p, a in zip(problems, arms):
         hands = a.hands(p.facts, protocol.seats)
@@ -173,35 +189,22 @@ def play_chats(problems: list, arm: Arm | list[Arm], players: dict[str, Player],
     for c, prefix in zip(chats, prefixes or ()):
         c.shown = dict(prefix.shown)
     # Each seat's KV cache is carried to its next turn: its next view begins with its last view and message.
-    sessions = {name: Session() for name in protocol.seats}
+    sessions: dict[tuple[str, int], Session] = {}
     earlier: dict[str, list] = {name: [None] * len(chats) for name in protocol.seats}
     for turn, speaker in enumerate(protocol.order[:protocol.n_turns if until is None else until + 1]):
-        player = players[speaker]
-        views = [view(c.seats[speaker], turn, c.seen_by(speaker, protocol), c.arm, protocol, chat) for c in chats]
         if turn < recorded:
-            for c, v, prefix in zip(chats, views, prefixes):
+            for c, prefix in zip(chats, prefixes):
+                v = view(c.seats[speaker], turn, c.seen_by(speaker, protocol), c.arm, protocol, chat)
                 c.turns.append(Turn(speaker, [], [], prefix.messages[turn], v, False))
             continue
-        rendered, prompts = _encode(player.tokenizer, views, earlier[speaker])
-        limit = protocol.max_tokens(turn)
-        last = turn == protocol.last_turn(speaker)
-        sessions[speaker].keep = not last  # after its last turn a seat reads nothing more
-        _check_length(player, prompts, limit, turn)
-        device = getattr(player.engine, "device", torch.device("cpu"))
-        generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
-        slots = {"slots": player.slots} if player.slots else {}
-        completions = player.engine.generate(prompts, limit, generator, session=sessions[speaker], **slots)
-        stops = set(player.engine.stop_ids)
-        texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
-        bodies = [ids[:-1] if ids and ids[-1] in stops else ids for ids in completions]
-        raw = player.tokenizer.batch_decode(bodies) if not last else [None] * len(chats)
-        # A message is shown as written, surrounding whitespace included: a seat's next view must hold its
-        # message exactly as its sampled ids decode for that view to continue from those ids (`_encode`).
-        for i, (c, v, prompt, ids, text) in enumerate(zip(chats, views, prompts, completions, texts)):
-            truncated = not ids or ids[-1] not in stops
-            c.turns.append(Turn(speaker, prompt, ids, text, v, truncated))
-            # Its next view may continue from these ids only if they are exactly the text that view shows.
-            earlier[speaker][i] = _Said(rendered[i], prompt, text, bodies[i]) if raw[i] == text else None
+        generator = None
+        for player, rows in _groups(lineups, speaker):
+            if generator is None:
+                device = getattr(player.engine, "device", torch.device("cpu"))
+                generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
+            session = sessions.setdefault((speaker, id(player)), Session())
+            _play_turn(player, [chats[i] for i in rows], rows, turn, speaker, protocol, chat, session,
+                       earlier[speaker], generator)
         if progress is not None:
             progress(turn)
     return chats
@@ -221,6 +224,39 @@ def _check_prefixes(prefixes: list[Prefix] | None, n_chats: int, protocol: Proto
     if any(not 0 <= t < k for p in prefixes for t in p.shown):
         raise ValueError(f"a prefix shows something in place of a turn it does not hold (it holds turns 0 to {k - 1})")
     return k
+
+
+def _groups(lineups: list[Lineup], speaker: str) -> list[tuple[Player, list[int]]]:
+    """The chats (their indices) whose `speaker` seat each player plays, in the order of their first chat."""
+    out: dict[int, tuple[Player, list[int]]] = {}
+    for i, lineup in enumerate(lineups):
+        player = lineup[speaker]
+        out.setdefault(id(player), (player, []))[1].append(i)
+    return list(out.values())
+
+
+def _play_turn(player: Player, chats: list[Chat], rows: list[int], turn: int, speaker: str, protocol: Protocol,
+               chat: ChatConfig, session: Session, earlier: list, generator) -> None:
+    """One turn of `chats` (the rows `rows` of the batch), all spoken by `player`: sampled in one call."""
+    views = [view(c.seats[speaker], turn, c.seen_by(speaker, protocol), c.arm, protocol, chat) for c in chats]
+    rendered, prompts = _encode(player.tokenizer, views, [earlier[i] for i in rows])
+    limit = protocol.max_tokens(turn)
+    last = turn == protocol.last_turn(speaker)
+    session.keep = not last  # after its last turn a seat reads nothing more
+    _check_length(player, prompts, limit, turn)
+    slots = {"slots": player.slots} if player.slots else {}
+    completions = player.engine.generate(prompts, limit, generator, session=session, **slots)
+    stops = set(player.engine.stop_ids)
+    texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)
+    bodies = [ids[:-1] if ids and ids[-1] in stops else ids for ids in completions]
+    raw = player.tokenizer.batch_decode(bodies) if not last else [None] * len(chats)
+    # A message is shown as written, surrounding whitespace included: a seat's next view must hold its
+    # message exactly as its sampled ids decode for that view to continue from those ids (`_encode`).
+    for j, (c, v, prompt, ids, text) in enumerate(zip(chats, views, prompts, completions, texts)):
+        truncated = not ids or ids[-1] not in stops
+        c.turns.append(Turn(speaker, prompt, ids, text, v, truncated))
+        # Its next view may continue from these ids only if they are exactly the text that view shows.
+        earlier[rows[j]] = _Said(rendered[j], prompt, text, bodies[j]) if raw[j] == text else None
 
 
 def _check_length(player: Player, prompts: list[list[int]], limit: int, turn: int) -> None:

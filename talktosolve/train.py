@@ -6,13 +6,17 @@
                             seconds, sample_seconds, learn_seconds, the learner's row and padded tokens and
                             the messages it skipped for a zero advantage (of rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
                             a process add shared_runs, and each is charged its share of the common sampling)
-      transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages
+      transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages (and, when
+                            training with partners, `partner_seat`: the seat the frozen base played, or null)
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
       done.json             written last: the run finished, and which config produced it
 
 All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
 needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
+
+With `train.partners`, a share of each step's problems seats the frozen untrained base (a second copy of it) in
+one seat of all their chats, chosen from (seed, k) (`partners.py`); only the learner's messages are trained.
 
 Several runs can share a process (`train_runs`, `train.runs_per_process`): one frozen base, one adapter and one
 AdamW state per run, swapped into the model's adapter in turn; each step samples every run's chats in one batch
@@ -38,6 +42,7 @@ from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_updat
 from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
                                 make_trainable, resolve_device, save_policy, stop_ids)
 from talktosolve.arms import ARMS
+from talktosolve.partners import lineups, partner_seats
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
 from talktosolve.rollout import Player, play_chats
@@ -51,10 +56,13 @@ class TrainingError(RuntimeError):
 
 def run_config(cfg: Config, arm: str, seed: int) -> dict:
     """What determines a training run's outputs: the model, data, chat and train sections, the arm and seed.
-    `train.runs_per_process` counts only when above 1 (so runs trained one at a time keep their keys)."""
+    `train.runs_per_process` counts only when above 1 and `train.partners` only when above 0 (so runs that do
+    not use them keep the keys they had before these settings existed)."""
     d = cfg.to_dict()
     if d["train"]["runs_per_process"] == 1:
         del d["train"]["runs_per_process"]
+    if d["train"]["partners"] == 0:
+        del d["train"]["partners"]
     return {"model": d["model"], "data": d["data"], "chat": d["chat"], "train": d["train"], "arm": arm,
             "seed": seed}
 
@@ -239,6 +247,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                          temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
                          kind=cfg.chat.engine, slots=len(pending) if shared else 0)
     compile_layers(model, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
+    partner = _frozen_base(cfg, tokenizer, device) if t.partners > 0 else None
     gpu = device.type == "cuda"
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
@@ -260,10 +269,14 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             else:
                 player = Player(engine, tokenizer, "policy")
                 seed = active[0].seed * 100_003 + step + rank * 1_000_000_007
+            # Runs sharing a process never have partners (config.validate), so this is one run's step.
+            frozen = distributed.shard(partner_seats(active[0].seed, step, t.problems_per_step, t.partners,
+                                                     protocol.seats), rank, size) if partner else None
+            seating = ({seat: player for seat in protocol.seats} if partner is None else
+                       lineups(frozen, t.chats_per_problem, protocol.seats, player, partner))
             chats = play_chats([p for b in batches for p in b],
                                [ARMS[run.arm] for run, b in zip(active, batches) for _ in b],
-                               {seat: player for seat in protocol.seats}, protocol, cfg.chat,
-                               chats_per_problem=t.chats_per_problem, seed=seed)
+                               seating, protocol, cfg.chat, chats_per_problem=t.chats_per_problem, seed=seed)
             reward.score_chats(chats, protocol)
             if shared:
                 # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
@@ -282,13 +295,16 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 for group in run.optimizer.param_groups:  # a function of the step alone: resuming needs no state
                     group["lr"] = learning_rate(t, step)
                 mine = chats[j * per_run:(j + 1) * per_run]
-                stats = _learn(model, run.optimizer, mine, t, tokenizer.pad_token_id, device, protocol.n_turns)
+                frozen_seats = None if frozen is None else [f for f in frozen for _ in range(t.chats_per_problem)]
+                stats = _learn(model, run.optimizer, mine, t, tokenizer.pad_token_id, device, protocol.n_turns,
+                               frozen_seats)
                 if shared:
                     _swap_out(params, run)
                 learned = time.perf_counter()
                 # Sampling was shared: each run is charged its share of it.
                 sample_seconds = (sampled - began) / len(active)
-                transcripts = distributed.gather([{"step": step, **c.transcript()} for c in mine])
+                transcripts = distributed.gather([{"step": step, **c.transcript(),
+                                                   **_partner_record(frozen_seats, i)} for i, c in enumerate(mine)])
                 row = step_metrics(step, transcripts, protocol, stats, sample_seconds + learned - learn_began, sample_seconds,
                                    learned - learn_began)
                 if shared:
@@ -330,18 +346,38 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         _finish(run, model, cfg, size, main)
 
 
-def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int):
-    """One GRPO update from one run's chats (grouped by problem): advantages, then the learner's samples."""
+def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
+           frozen: list[str | None] | None = None):
+    """One GRPO update from one run's chats (grouped by problem): advantages, then the learner's samples.
+    `frozen[i]`: the seat a frozen partner played in chat i (None: self-play); its messages are not trained and
+    do not count in the normaliser."""
     G = t.chats_per_problem
     adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
+    frozen = frozen or [None] * len(chats)
     samples = []
     for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
         c.advantage = a
-        samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns]
+        samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns if tr.speaker != frozen[ci]]
     n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
     return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
                        chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
                        microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat)
+
+
+def _frozen_base(cfg: Config, tokenizer, device) -> Player:
+    """The frozen partner: a second copy of the untrained base with its own sampler. Under full fine-tuning
+    the learner's weights move, so the base must be a copy; under LoRA the learner's sampler applies its
+    adapter to every row, so a copy (one more set of base weights) is the simple way to rows without it."""
+    model = load_base(cfg.model, device).eval().requires_grad_(False)
+    engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                         temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                         kind=cfg.chat.engine)
+    return Player(engine, tokenizer, "base")
+
+
+def _partner_record(frozen: list[str | None] | None, i: int) -> dict:
+    """A transcript's partner: the seat the frozen base played (only in runs that train with partners)."""
+    return {} if frozen is None else {"partner_seat": frozen[i]}
 
 
 def _record(run: _Run, model, step: int, row: dict, transcripts: list, t) -> None:

@@ -197,3 +197,46 @@ def test_a_message_whose_ids_do_not_read_as_its_text_is_encoded_whole():
                 whole += 1
                 assert view_ids == tok(render_view(tok, c.turns[later].view), add_special_tokens=False)["input_ids"]
     assert whole > 0
+
+
+def _greedy_player(model, tok):
+    from talktosolve.fast_engine import StaticEngine
+
+    return Player(StaticEngine(model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, greedy=True), tok)
+
+
+@pytest.mark.slow
+def test_a_mixed_batch_samples_each_row_as_an_engine_holding_only_its_rows_policy(tiny_model_dir):
+    """Chats of one batch with different players per seat (a trained copy, and the untrained base as a frozen
+    partner in either seat): each chat's greedy tokens equal those of the same chat played by a batch whose every
+    chat has its lineup, so the base rows see nothing of the trained weights and vice versa."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from talktosolve.micro.task import make_problems
+    from talktosolve.policy import load_tokenizer
+
+    cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},
+                                "chat": {"max_message_tokens": 6, "max_final_tokens": 8}})
+    tok = load_tokenizer(cfg.model)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        for p in trained.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    learner, frozen = _greedy_player(trained, tok), _greedy_player(base, tok)
+    lineups = [{"A": learner, "B": learner}, {"A": learner, "B": frozen}, {"A": frozen, "B": learner},
+               {"A": frozen, "B": frozen}]
+    protocol = protocol_of(cfg.chat)
+    problems = make_problems("test", 3, seed=4)
+    mixed = play_chats(problems, ARMS["chat"], [lineups[i % 4] for i in range(6)], protocol, cfg.chat,
+                       chats_per_problem=2, seed=0)
+    alone = {k: play_chats(problems, ARMS["chat"], lineup, protocol, cfg.chat, chats_per_problem=2, seed=0)
+             for k, lineup in enumerate(lineups)}
+    differ = 0
+    for i, c in enumerate(mixed):
+        expected = alone[i % 4][i]
+        assert [t.completion_ids for t in c.turns] == [t.completion_ids for t in expected.turns]
+        differ += [t.completion_ids for t in c.turns] != [t.completion_ids for t in alone[(i + 1) % 4][i].turns]
+    assert differ > 0  # the policies write different messages, so the match above is not vacuous
