@@ -15,7 +15,7 @@ listeners are shown of message t; the writer keeps its own words, so only the ch
               the replayed ones, same chat index): fluent, well formed, and about something else
     renumber  its own-only numbers (values in the writer's hand, in no partner's hand and not in the question,
               as `talk` defines them) are replaced by other numbers of the same shape (the same digits before and
-              after the point, never a value the problem or the chat so far holds); the rest is unchanged
+              after the point, never a value the problem or the recorded chat holds); the rest is unchanged
 
 Every ablated replay is paired with a *control* replay of the same chats, in the same batches, with the same
 seeds and nothing changed (`replay`), so the two draw the same random numbers row by row: where their listeners
@@ -27,7 +27,8 @@ a 95% interval (over problems and seeds when several trained models are pooled; 
 
     drop    = acc(control) - acc(ablated)                       the listener's accuracy lost; in [-1, 1]
     flip    = share of the listener's boxed answers that differ between control and ablated replay
-    follow  = share of the listener's ablated final messages holding a planted number (renumber only)
+    follow  = share of the listener's final messages holding a planted number, ablated minus control (renumber
+              only: the excess over the control replay, where a planted value can turn up only by chance)
     changed = share of chats whose message the ablation actually altered (a message with no own-only number
               is not renumbered; such chats count, with no change, in every figure)
 
@@ -156,7 +157,7 @@ def ablations(chats: list[dict], protocol: Protocol, position: Position, kinds=K
             else:
                 rng = random.Random(f"{seed}-{c['problem_id']}-{c['chat']}-{t}")
                 banned = set(numbers_in(c["question"])) | {v for f in c["facts"] for v in numbers_in(f)}
-                banned |= {v for m in c["messages"][:t + 1] for v in numbers_in(m["text"])}
+                banned |= {v for m in c["messages"] for v in numbers_in(m["text"])}
                 text, planted = renumber(message, own_only(c["hands"], c["question"], position.writer), banned, rng)
                 out[kind].append(Ablation(kind, t, text, frozenset(planted), changed=text != message))
     return out
@@ -178,6 +179,8 @@ class Outcome:
     ablated_answer: str | None
     follows: bool
     """Its ablated final message holds a number the ablation planted."""
+    control_follows: bool
+    """Its control final message holds one (by chance: the control was never shown it)."""
     changed: bool
 
     def to_json(self) -> dict:
@@ -186,9 +189,12 @@ class Outcome:
 
 def outcome(problem_id: str, listener: str, ablation: Ablation, control: dict, ablated: dict) -> Outcome:
     """`control` and `ablated`: `{"correct", "answer", "final"}` of the listener in each replay."""
-    follows = bool(ablation.planted & set(numbers_in(ablated["final"])))
+    def holds(final: str) -> bool:
+        return bool(ablation.planted & set(numbers_in(final)))
+
     return Outcome(problem_id, ablation.turn, listener, ablation.kind, bool(control["correct"]),
-                   bool(ablated["correct"]), control["answer"], ablated["answer"], follows, ablation.changed)
+                   bool(ablated["correct"]), control["answer"], ablated["answer"], holds(ablated["final"]),
+                   holds(control["final"]), ablation.changed)
 
 
 def _per_problem(rows: list[Outcome], value) -> tuple[list[str], np.ndarray]:
@@ -203,7 +209,7 @@ def _per_problem(rows: list[Outcome], value) -> tuple[list[str], np.ndarray]:
 FIGURES = {
     "drop": lambda r: r.control_correct - r.ablated_correct,
     "flip": lambda r: r.control_answer != r.ablated_answer,
-    "follow": lambda r: r.follows,
+    "follow": lambda r: r.follows - r.control_follows,
     "changed": lambda r: r.changed,
 }
 """Each figure of one outcome row; a figure is its mean per problem, then over problems."""

@@ -281,7 +281,7 @@ def _influence_sections(results: dict) -> list[tuple]:
                  "with the control replay's seeds: remove shows (no message), replace shows the same seat's message "
                  "of another problem, renumber swaps its own-only numbers for others of the same shape. drop: the "
                  "listener's accuracy lost against the unchanged replay; flip: the share of its answers that "
-                 "changed; follow: the share of its final messages holding a planted number. Before = the "
+                 "changed; follow: the share of its final messages holding a planted number, over the control's. Before = the "
                  "untrained team; after = the trained teams, pooled over seeds (95% intervals over problems and "
                  "seeds); after − before is paired over problems.")]
     for arm in inf["arms"]:

@@ -67,7 +67,7 @@ def test_each_ablation_shows_what_it_says():
 
 
 def _outcome(pid, kind, control, ablated, follows=False, control_answer=None, ablated_answer=None):
-    return Outcome(pid, 1, "A", kind, control, ablated, control_answer, ablated_answer, follows, True)
+    return Outcome(pid, 1, "A", kind, control, ablated, control_answer, ablated_answer, follows, False, True)
 
 
 def test_figures_are_the_per_problem_means_and_their_interval():
@@ -103,3 +103,10 @@ def test_trained_minus_base_pairs_the_drops_over_problems():
     (d,) = differences(trained, base)
     assert d["delta"] == pytest.approx(4 / 6) and d["excludes_zero"]
     assert (d["turn"], d["listener"], d["kind"]) == (1, "A", "remove")
+
+
+def test_follow_counts_only_planted_numbers_the_control_does_not_hold_by_chance():
+    by_chance = [Outcome(f"p{i}", 0, "B", "renumber", True, True, "5", "5", True, True, True) for i in range(4)]
+    heard = [Outcome(f"p{i}", 0, "B", "renumber", True, False, "5", "7", True, False, True) for i in range(4)]
+    assert figures([by_chance], {0: "A"})[0]["follow"]["mean"] == 0.0
+    assert figures([heard], {0: "A"})[0]["follow"]["mean"] == 1.0
