@@ -32,7 +32,8 @@ import time
 def eval_key(cfg: Config, arm: str, seats: dict[str, str | None]) -> str:
     """What determines an evaluation's chats (the influence replays' settings do not)."""
     d = cfg.to_dict()
-    # Which evaluations the recipe makes (cross_seed) and the replays made of them (influence*) are not how one is made.
+    # Which evaluations the recipe makes (cross_seed) and the replays made of them (influence*) are not how one
+    # evaluation is made.
     evaluation = {k: v for k, v in d["eval"].items() if not k.startswith("influence") and k != "cross_seed"}
     return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
                        "seats": {seat: _weights_key(path) for seat, path in seats.items()}})

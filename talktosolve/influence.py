@@ -137,12 +137,11 @@ def ablations(chats: list[dict], protocol: Protocol, position: Position, kinds=K
     if unknown:
         raise InfluenceError(f"no ablation {unknown}; ablations are {', '.join(KINDS)}")
     t = position.turn
-    by_problem: dict[str, dict[int, dict]] = {}
-    order: list[str] = []
+    by_problem: dict[str, dict[int, dict]] = {}  # in first-seen order
     for c in chats:
-        if c["problem_id"] not in by_problem:
-            order.append(c["problem_id"])
         by_problem.setdefault(c["problem_id"], {})[c["chat"]] = c
+    order = list(by_problem)
+    following = {pid: order[(i + 1) % len(order)] for i, pid in enumerate(order)}
     out: dict[str, list[Ablation]] = {k: [] for k in kinds}
     for c in chats:
         message = c["messages"][t]["text"]
@@ -150,8 +149,8 @@ def ablations(chats: list[dict], protocol: Protocol, position: Position, kinds=K
             if kind == "remove":
                 out[kind].append(Ablation(kind, t, NO_MESSAGE, changed=message != NO_MESSAGE))
             elif kind == "replace":
-                nxt = order[(order.index(c["problem_id"]) + 1) % len(order)]
-                other = by_problem[nxt].get(c["chat"]) or next(iter(by_problem[nxt].values()))
+                nxt = by_problem[following[c["problem_id"]]]
+                other = nxt.get(c["chat"]) or next(iter(nxt.values()))
                 text = other["messages"][t]["text"]
                 out[kind].append(Ablation(kind, t, text, changed=text != message))
             else:

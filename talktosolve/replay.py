@@ -27,7 +27,7 @@ from pathlib import Path
 
 from talktosolve import reward
 from talktosolve.arms import ARMS
-from talktosolve.config import Config
+from talktosolve.config import Config, config_key
 from talktosolve.data import Problem
 from talktosolve.evaluate import batches, eval_key, load_players
 from talktosolve.influence import InfluenceError, Position, ablations, figures, outcome, positions
@@ -40,8 +40,7 @@ CONTROL = "control"
 
 
 def influence_key(cfg: Config, summary: dict, turns: list[int]) -> str:
-    from talktosolve.config import config_key
-
+    """What determines a replay's output: the evaluation replayed (its key), the problems, ablations and turns."""
     e = cfg.eval
     return config_key({"eval": summary["key"], "problems": e.influence_problems, "kinds": list(e.influence_kinds),
                        "turns": turns})
