@@ -177,9 +177,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_influence(args) -> int:
-    from talktosolve.protocol import protocol_of
-    from talktosolve.replay import (chosen_positions, estimate_seconds, read_evaluation, replay_influence,
-                                    replayed_messages)
+    from talktosolve.replay import replay_influence
 
     folder = Path(args.eval)
     preset = args.preset
@@ -189,14 +187,12 @@ def cmd_influence(args) -> int:
                              "config); give the --preset and --set values it was evaluated with.")
         preset = str(folder / "config.json")
     cfg = make_config(preset, parse_overrides(args.set or []))
-    protocol = protocol_of(cfg.chat)
-    summary, _ = read_evaluation(cfg, folder)  # every check, before anything is loaded or written
-    chosen = chosen_positions(protocol, args.turns)
-    n_chats = min(cfg.eval.influence_problems, summary["n_problems"]) * cfg.eval.chats_per_problem
-    messages = replayed_messages(protocol, chosen, n_chats, len(cfg.eval.influence_kinds))
-    print(f"influence: {messages} replayed messages, about {estimate_seconds(summary, protocol, messages):.0f} s at "
-          "the evaluation's own pace", file=sys.stderr)
-    result = replay_influence(cfg, folder, turns=args.turns, progress=not args.quiet)
+
+    def announce(messages: int, seconds: float) -> None:
+        print(f"influence: {messages} replayed messages, about {seconds:.0f} s at the evaluation's own pace",
+              file=sys.stderr)
+
+    result = replay_influence(cfg, folder, turns=args.turns, progress=not args.quiet, announce=announce)
     for e in result["figures"]:
         d = e["drop"]
         follow = f", follow {e['follow']['mean']:.3f}" if e["follow"] else ""

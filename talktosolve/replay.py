@@ -110,9 +110,11 @@ def estimate_seconds(summary: dict, protocol: Protocol, messages: int) -> float:
 
 
 def replay_influence(cfg: Config, eval_dir: Path, *, turns: list[int] | None = None, progress: bool = True,
-                     label: str = "influence", players: dict | None = None) -> dict:
+                     label: str = "influence", players: dict | None = None, announce=None) -> dict:
     """Replay the evaluation in `eval_dir` (see the module docstring); returns influence.json's content.
-    `players` (`{seat: rollout.Player}`) replaces the evaluation's own (a scripted policy, in tests)."""
+    `players` (`{seat: rollout.Player}`) replaces the evaluation's own (a scripted policy, in tests).
+    `announce(messages, seconds)`, when given, hears the replays' size and estimated time once the input is
+    checked and before any model is loaded (not when the folder's replays are already current)."""
     from tqdm.auto import tqdm
 
     eval_dir = Path(eval_dir)
@@ -128,10 +130,13 @@ def replay_influence(cfg: Config, eval_dir: Path, *, turns: list[int] | None = N
     recorded = recorded[: n * G]
     problems = [Problem(c["problem_id"], c["question"], list(c["facts"]), c["gold"]) for c in recorded[::G]]
     kinds = list(cfg.eval.influence_kinds)
+    total = replayed_messages(protocol, chosen, len(recorded), len(kinds))
+    if announce is not None:
+        announce(total, estimate_seconds(summary, protocol, total))
     arm = ARMS[summary["arm"]]
     players = players or load_players(cfg, _seats(summary))
     began = time.perf_counter()
-    bar = tqdm(total=replayed_messages(protocol, chosen, len(recorded), len(kinds)), desc=label, unit="msg",
+    bar = tqdm(total=total, desc=label, unit="msg",
                disable=not progress, dynamic_ncols=True)
     rows, outcomes, reproduced = [], [], []
     for position in chosen:
