@@ -81,7 +81,7 @@ def main():
     tr.play_chats = timed("sample", tr.play_chats)
     tr.step_metrics = timed("metrics", tr.step_metrics)
     tr.append_jsonl = timed("write_logs", tr.append_jsonl)
-    tr._save_checkpoint = timed("checkpoint", tr._save_checkpoint)
+    tr.checkpoint.save = timed("checkpoint", tr.checkpoint.save)
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "torch": torch.__version__, "steps": [], "variants": []}

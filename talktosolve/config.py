@@ -27,7 +27,11 @@ class ModelConfig:
     dtype: str = "auto"
     """`auto` (bf16 on a GPU, fp32 on a CPU), `bfloat16`, `float16` or `float32`."""
     finetune: str = "lora"
-    """`lora` (one adapter shared by both copies) or `full` (every weight trained)."""
+    """`lora` (a LoRA adapter) or `full` (every weight trained)."""
+    adapters: str = "shared"
+    """`shared`: one set of trained weights plays every seat (the seed's recipe); `per_role`: each seat has its
+    own, trained only on that seat's messages (one adapter per role; under `finetune=full`, one model per role),
+    every role starting from the same initialisation."""
     lora_r: int = 32
     """LoRA rank."""
     lora_alpha: int = 64
@@ -148,8 +152,15 @@ class TrainConfig:
     setting is part of each run's key. 1: one run at a time."""
     partners: float = 0.0
     """Partner-mixture training: the share of each step's problems (and so of its chats) in which one seat,
-    drawn from (seed, step), is played by the frozen untrained base instead of the learner (`partners.py`);
+    drawn from (seed, step), is played by a frozen partner (`partner`) instead of the learner (`partners.py`);
     only the learner's seats are trained. 0: self-play in every chat."""
+    partner: str = "base"
+    """Who the frozen partner is: `base` (the untrained base), `snapshot` (this run's own weights as they were at
+    the latest multiple of `snapshot_every` steps: the base until then; kept in every checkpoint), or the path
+    of a finished run or adapter folder (its final weights; a per-role run's weights for the seat it plays)."""
+    snapshot_every: int = 20
+    """With `partner=snapshot`: the frozen partner is refreshed with the learner's weights every this many
+    steps."""
 
 
 @dataclass
@@ -188,7 +199,11 @@ class VariantConfig:
     arm: str = "chat"
     """The arm its runs are trained and evaluated in (one of `arms`)."""
     partners: float = 0.0
-    """Its `train.partners` (the share of each step's problems that seat the frozen base)."""
+    """Its `train.partners` (the share of each step's problems that seat a frozen partner)."""
+    partner: str = ""
+    """Its `train.partner` (`base`, `snapshot` or a run folder); empty: the same as the arms'."""
+    adapters: str = ""
+    """Its `model.adapters` (`shared` or `per_role`); empty: the same as the arms'."""
 
 
 @dataclass
@@ -379,6 +394,13 @@ def validate(cfg: Config) -> None:
     t, c = cfg.train, cfg.chat
     if cfg.model.finetune not in ("lora", "full"):
         problems.append(f"model.finetune is `{cfg.model.finetune}`; use `lora` or `full`.")
+    for where, value, allowed in [("model.adapters", cfg.model.adapters, ADAPTERS),
+                                  ("variant.adapters", cfg.variant.adapters, ADAPTERS + ("",))]:
+        if value not in allowed:
+            problems.append(f"{where} is `{value}`; use shared or per_role.")
+    if "per_role" in (cfg.model.adapters, cfg.variant.adapters) and t.runs_per_process > 1:
+        problems.append("per-role adapters (adapters=per_role) train one run at a time; set "
+                        "train.runs_per_process=1.")
     if cfg.model.compile not in ("auto", "on", "off"):
         problems.append(f"model.compile is `{cfg.model.compile}`; use auto, on or off.")
     if c.engine not in ("auto", "fast", "portable"):
@@ -446,6 +468,12 @@ def validate(cfg: Config) -> None:
                             "not support; set train.runs_per_process=1.")
     if not 0 <= t.partners <= 1:
         problems.append(f"train.partners is {t.partners}; it is a share of each step's problems, from 0 to 1.")
+    for where, value in [("train.partner", t.partner), ("variant.partner", cfg.variant.partner or t.partner)]:
+        if value not in ("base", "snapshot") and not Path(value).expanduser().is_dir():
+            problems.append(f"{where} is `{value}`: neither base, snapshot nor a folder of trained weights (a run "
+                            "folder or an adapter folder).")
+    if t.snapshot_every < 1:
+        problems.append(f"train.snapshot_every is {t.snapshot_every}; it must be at least 1.")
     if t.partners > 0 and t.runs_per_process > 1:
         problems.append("train.partners > 0 trains with a frozen partner, which runs sharing a process "
                         "(train.runs_per_process > 1) do not support; set train.runs_per_process=1.")
@@ -484,6 +512,10 @@ def validate(cfg: Config) -> None:
     if problems:
         # One line, so the command line's error is one line too.
         raise ConfigError("Invalid config: " + " ".join(problems))
+
+
+ADAPTERS = ("shared", "per_role")
+"""The values of `model.adapters`."""
 
 
 def config_key(values: dict[str, Any]) -> str:

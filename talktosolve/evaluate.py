@@ -8,7 +8,8 @@ paired.
 Outputs, in `out_dir`: `chats.jsonl` (every chat, as in training transcripts), `config.json` (every config field)
 and `summary.json`: accuracy (mean
 of the graded answers per problem: seats x chats, averaged over problems), each seat's accuracy, the per-problem
-scores (for the paired comparison), the talk metrics aggregated over chats, and who sat where (`seats`).
+scores (for the paired comparison), the talk metrics aggregated over chats, and who sat where (`seats`, and
+`roles` when a run with per-role weights plays other seats' roles).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from talktosolve.arms import ARMS
 from talktosolve.config import Config, ConfigError, config_key
 from talktosolve.fast_engine import make_engine
-from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids
+from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids, trained_weights
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
 from talktosolve.rollout import Player, play_chats
@@ -29,22 +30,29 @@ import json
 import time
 
 
-def eval_key(cfg: Config, arm: str, seats: dict[str, str | None]) -> str:
+def eval_key(cfg: Config, arm: str, seats: dict[str, str | None], roles: dict[str, str] | None = None) -> str:
     """What determines an evaluation's chats (the influence replays' settings do not)."""
     d = cfg.to_dict()
     # Which evaluations the recipe makes (cross_seed) and the replays made of them (influence*) are not how one
     # evaluation is made.
     evaluation = {k: v for k, v in d["eval"].items() if not k.startswith("influence") and k != "cross_seed"}
-    return config_key({"model": d["model"], "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
-                       "seats": {seat: _weights_key(path) for seat, path in seats.items()}})
+    # How the runs were trained is in their keys; an evaluation's own model section is only the base's.
+    model = {k: v for k, v in d["model"].items() if k != "adapters"}
+    return config_key({"model": model, "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
+                       "seats": {seat: _weights_key(path, (roles or {}).get(seat, seat))
+                                 for seat, path in seats.items()}})
 
 
-def _weights_key(path: str | None) -> str | None:
-    """A player's identity: the base, or the config key of the run whose weights it is (else its path)."""
+def _weights_key(path: str | None, role: str) -> str | None:
+    """A player's identity: the base, or the config key of the run whose weights it is (with the role it
+    plays, for a run with per-role weights), else the weights folder's path."""
     if path is None:
         return None
     done = Path(path) / "done.json"
-    return read_json(done)["key"] if done.exists() else str(Path(path).resolve())
+    if not done.exists():
+        return str(Path(path).resolve())
+    record = read_json(done)
+    return f"{record['key']} {role}" if "roles" in record else record["key"]
 
 
 def is_current(out_dir: Path, key: str) -> bool:
@@ -53,9 +61,11 @@ def is_current(out_dir: Path, key: str) -> bool:
 
 
 def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
-             seats: dict[str, str | None] | None = None, progress: bool = True, label: str = "eval") -> dict:
+             seats: dict[str, str | None] | None = None, roles: dict[str, str] | None = None,
+             progress: bool = True, label: str = "eval") -> dict:
     """Evaluate the team whose seat s is played by `seats[s]` (a run or adapter folder; None or absent: the
-    untrained base) in `arm`; returns the summary."""
+    untrained base) in `arm`; returns the summary. `roles[s]`: which seat's weights of a run with per-role
+    weights play seat s (absent: its own; `{"A": "B", "B": "A"}` swaps the roles)."""
     from tqdm.auto import tqdm
 
     protocol = protocol_of(cfg.chat)
@@ -63,14 +73,19 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     if unknown:
         raise ConfigError(f"no seat {', '.join(unknown)} in this protocol; its seats are {', '.join(protocol.seats)}.")
     seats = {seat: (seats or {}).get(seat) for seat in protocol.seats}
+    unknown = sorted(set(roles or {}) - set(protocol.seats)) + sorted(set((roles or {}).values()) - set(protocol.seats))
+    if unknown:
+        raise ConfigError(f"roles name {', '.join(unknown)}, not seats of this protocol ({', '.join(protocol.seats)}).")
+    roles = {seat: role for seat, role in (roles or {}).items() if role != seat}
     out_dir = Path(out_dir)
-    key = eval_key(cfg, arm, seats)
+    key = eval_key(cfg, arm, seats, roles)
+    named = {"seats": {seat: path or "base" for seat, path in seats.items()}, **({"roles": roles} if roles else {})}
     if is_current(out_dir, key):
         # Named as this call names them: a moved or copied folder's summary holds the old paths.
-        return {**read_json(out_dir / "summary.json"), "seats": {seat: path or "base" for seat, path in seats.items()}}
+        return {**read_json(out_dir / "summary.json"), **named}
     e = cfg.eval
     problems = problems[: e.n_problems]
-    players = load_players(cfg, seats)
+    players = load_players(cfg, seats, roles)
     began = time.perf_counter()
     chats = []
     # Counted in messages, turn by turn: one batch can be the whole evaluation.
@@ -84,30 +99,34 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     bar.close()
     transcripts = [c.transcript() for c in chats]
     summary = summarize(chats, transcripts, e.chats_per_problem, protocol)
-    summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm,
-                    "seats": {seat: path or "base" for seat, path in seats.items()}})
+    summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm, **named})
     write_text(out_dir / "chats.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
     write_json(out_dir / "config.json", cfg.to_dict())  # what a later replay of these chats needs (`replay`)
     write_json(out_dir / "summary.json", summary)
     return summary
 
 
-def load_players(cfg: Config, seats: dict[str, str | None]) -> dict[str, Player]:
-    """Each seat's player (`seats[s]`: a run or adapter folder, or None for the untrained base).
+def load_players(cfg: Config, seats: dict[str, str | None], roles: dict[str, str] | None = None) -> dict[str, Player]:
+    """Each seat's player (`seats[s]`: a run or adapter folder, or None for the untrained base; `roles[s]`: the
+    seat whose weights it plays, for a run with per-role weights, else its own).
 
     One engine per distinct model: seats played by one model share its engine (each seat keeps its own KV
     session), so its sampling weights and KV cache are held once, not once per seat."""
     device = resolve_device(cfg.device)
     tokenizer = load_tokenizer(cfg.model)
-    by_path: dict = {}
-    for path in seats.values():
-        if path not in by_path:
-            model = load_player_model(cfg, path, device)
-            by_path[path] = Player(make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
-                                               temperature=cfg.chat.temperature,
-                                               force_max_length=cfg.chat.force_max_length, kind=cfg.chat.engine),
-                                   tokenizer)
-    return {seat: by_path[path] for seat, path in seats.items()}
+    by_weights: dict = {}
+    out = {}
+    for seat, path in seats.items():
+        role = (roles or {}).get(seat, seat)
+        weights = None if path is None else trained_weights(path, role)
+        if weights not in by_weights:
+            model = load_player_model(cfg, path, device, role)
+            by_weights[weights] = Player(make_engine(model, stop_ids=stop_ids(tokenizer, model),
+                                                     pad_id=tokenizer.pad_token_id, temperature=cfg.chat.temperature,
+                                                     force_max_length=cfg.chat.force_max_length, kind=cfg.chat.engine),
+                                         tokenizer)
+        out[seat] = by_weights[weights]
+    return out
 
 
 def batches(cfg: Config, problems: list) -> list[tuple[list, int]]:

@@ -20,15 +20,23 @@ Departures from textbook GRPO (Shao et al. 2024), all from the recipe (Park et a
 - the loss is normalised by the step's total generated-token count N (token-level, as DAPO and TRL's
   `bnpo`/`dapo`), not per-sequence then per-group: long and short messages weigh by their tokens. Because N is
   the whole step's count, gradient accumulation over micro-batches gives exactly the full-batch gradient;
-- the reward is a team reward shared by every seat's messages (multi-agent; the seats share one policy).
+- the reward is a team reward shared by every seat's messages (multi-agent; the seats share one policy, or
+  with per-role weights one each: below).
 
-Frozen partners (`train.partners`, `partners.py`): in some problems one seat is played by the frozen untrained
-base. Its messages are not samples: they get no gradient, and their tokens are not in N (the sums over m run
+Frozen partners (`train.partners`, `partners.py`): in some problems one seat is played by a frozen partner
+(the untrained base, a snapshot of the learner or another run: `train.partner`). Its messages are not samples: they get no gradient, and their tokens are not in N (the sums over m run
 over the learner's messages only). Such a problem seats the partner in all of its G chats, so a group is never
 mixed: the advantage stays centred per problem over its chats, and the baseline is the mean reward of the same
 team on the same problem. A group mixing self-play and partner chats would charge the learner's messages in its
 partner chats for the partner's weakness (their rewards sit below a mean lifted by the self-play chats), a
 negative advantage no message of theirs earned.
+
+Per-role weights (`model.adapters=per_role`): each seat r has its own weights theta_r, all starting equal. Its
+loss is the objective above over its own seat's messages only, L_r(theta_r) = -(1/N_r) sum_{m: seat r} ...,
+with N_r = sum of |y_m| over those messages: each role is a mean over its own tokens, so a role that writes less
+is not trained more weakly. The advantages are the same team advantages for every role: the team reward is what
+both are trained on, and centring it per problem is unchanged. A role none of whose messages is trained in a
+step (a frozen partner held its seat in every chat) makes no update that step.
 
 A message whose exact tokens begin a later view of the same chat (a copy's first message inside its final
 view) is read from that view's row instead of its own (`to_sequences`): same log-probs, less compute. A message

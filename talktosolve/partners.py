@@ -34,6 +34,8 @@ def partner_seats(seed: int, step: int, n_problems: int, share: float, seats) ->
 
 def lineups(frozen: list[str | None], chats_per_problem: int, seats, learner, partner) -> list[dict]:
     """Each chat's `{seat: player}` (chats grouped by problem): `partner` in the problem's frozen seat, the
-    `learner` everywhere else."""
-    return [{seat: partner if seat == f else learner for seat in seats}
+    `learner` everywhere else (each one player, or `{seat: player}`: per-role weights, a per-role partner)."""
+    mine = learner if isinstance(learner, dict) else {seat: learner for seat in seats}
+    theirs = partner if isinstance(partner, dict) else {seat: partner for seat in seats}
+    return [{seat: theirs[seat] if seat == f else mine[seat] for seat in seats}
             for f in frozen for _ in range(chats_per_problem)]

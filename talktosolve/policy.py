@@ -1,6 +1,7 @@
-"""The policy: a Hugging Face causal LM, fine-tuned through one shared LoRA adapter (or every weight).
+"""The policy: a Hugging Face causal LM, fine-tuned through a LoRA adapter (or every weight).
 
-Both copies are the same model, so one adapter serves A and B. Loading is strict about safety: weights and
+By default every seat is the same model, so one adapter serves A and B; with per-role adapters
+(`model.adapters=per_role`) a run keeps one set of trained weights per seat (`trained_weights`). Loading is strict about safety: weights and
 adapters are read as safetensors only, and `trust_remote_code` stays off unless the config turns it on.
 A model name `micro` or `micro-teams` means one of the project's own micro bases (`talktosolve.micro.base`).
 
@@ -265,13 +266,30 @@ def load_policy_weights(model, weights_dir: Path, cfg: ModelConfig):
     raise ModelError(f"`{weights_dir}` holds neither a PEFT adapter nor {FULL_WEIGHTS}.")
 
 
-def load_player_model(cfg: Config, weights: str | Path | None, device: torch.device):
-    """A model for evaluation: the base, or the base with trained weights from a run folder or adapter folder."""
+def trained_weights(weights: str | Path, role: str | None) -> Path:
+    """The folder of trained weights that plays `role` from `weights`: a run folder's `final/` (a run with
+    per-role adapters keeps one per seat, `final/{seat}/`), or an adapter or weights folder itself."""
+    path = Path(weights)
+    if (path / "final").exists():
+        path = path / "final"
+    if not path.is_dir() or _holds_weights(path):
+        return path
+    roles = sorted(d.name for d in path.iterdir() if d.is_dir() and _holds_weights(d))
+    if roles and role not in roles:
+        which = f"none for seat `{role}`" if role else "say which seat's weights to play"
+        raise ModelError(f"`{path}` holds per-role weights for seats {', '.join(roles)}; {which}.")
+    return path / role if roles else path
+
+
+def _holds_weights(folder: Path) -> bool:
+    return (folder / "adapter_config.json").exists() or (folder / FULL_WEIGHTS).exists()
+
+
+def load_player_model(cfg: Config, weights: str | Path | None, device: torch.device, role: str | None = None):
+    """A model for evaluation: the base, or the base with trained weights from a run folder (its weights for
+    seat `role`, when it trained one set per seat) or an adapter folder."""
     model = load_base(cfg.model, device)
     if weights is not None:
-        path = Path(weights)
-        if (path / "final").exists():
-            path = path / "final"
-        model = load_policy_weights(model, path, cfg.model)
+        model = load_policy_weights(model, trained_weights(weights, role), cfg.model)
     model.eval()
     return model

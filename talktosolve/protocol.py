@@ -118,3 +118,10 @@ def partners_text(names) -> str:
     """`B`, `B and C`, `B, C and D`: how the prompts name a seat's partners together."""
     names = list(names)
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def swapped_roles(seats) -> dict[str, str]:
+    """The role swap of per-role weights: seat k plays the weights trained in seat k + 1 (the last seat, the
+    first's); with two seats, A plays B's and B plays A's."""
+    seats = list(seats)
+    return {seat: seats[(k + 1) % len(seats)] for k, seat in enumerate(seats)}

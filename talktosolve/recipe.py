@@ -40,12 +40,12 @@ from talktosolve import __version__
 from talktosolve.arms import ARMS, comparison_arms
 from talktosolve.chat import Seat, view
 from talktosolve.config import Config
-from talktosolve.crossplay import against_arm, cross_seed_matrix
+from talktosolve.crossplay import against_arm, cross_seed_matrix, delta_entry
 from talktosolve.evaluate import evaluate
 from talktosolve.influence import includes_zero
 from talktosolve.stats import mean_ci, paired_delta_report
 from talktosolve.store import read_jsonl, write_json
-from talktosolve.protocol import Protocol, protocol_of
+from talktosolve.protocol import Protocol, protocol_of, swapped_roles
 from talktosolve.results import eval_kind
 from talktosolve.tasks import load_problems, split_checks
 from talktosolve.train import train, train_runs
@@ -66,16 +66,23 @@ class EvalSpec:
     arm: str
     seats: tuple[str | None, ...]
     """One entry per seat of the protocol, in its order."""
+    roles: tuple[str, ...] | None = None
+    """Per-role runs: the seat whose weights each seat plays (a role swap); None: each seat its own."""
 
     @property
     def name(self) -> str:
         """For display and the folder only; nothing reads an evaluation's identity back from it. Its kind is read
         as results.json's readers read it (`results.eval_kind`)."""
-        kind, run = eval_kind({"seats": {k: run or "base" for k, run in enumerate(self.seats)}})
+        kind, run = eval_kind({"seats": {k: run or "base" for k, run in enumerate(self.seats)},
+                               **({"roles": self.roles} if self.roles else {})})
         if kind == "cross_seed":
             return f"{run}-with-{self.seats[1]}"
         return {"base": f"base-{self.arm}", "team": run, "cross": f"cross-{run}",
-                "cross_others": f"cross-others-{run}"}[kind]
+                "cross_others": f"cross-others-{run}", "role_swap": f"swap-{run}"}[kind]
+
+    def role_map(self, seats) -> dict[str, str] | None:
+        """`{seat: the seat whose weights play it}` (`evaluate`'s `roles`), or None."""
+        return None if self.roles is None else dict(zip(seats, self.roles))
 
 
 @dataclass
@@ -92,28 +99,38 @@ class Line:
     def runs(self, seeds) -> list[str]:
         return [run_name(self.name, s) for s in seeds]
 
+    @property
+    def per_role(self) -> bool:
+        """Its runs train one set of weights per seat (`model.adapters=per_role`)."""
+        return self.cfg.model.adapters == "per_role"
+
 
 def trained_lines(cfg: Config) -> list[Line]:
     """The recipe's arms, then the variant (when `variant.name` is set), trained with its own settings."""
     lines = [Line(arm, arm, cfg) for arm in cfg.arms]
     v = cfg.variant
     if v.name:
-        lines.append(Line(v.name, v.arm, dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
-                                                                                            partners=v.partners))))
+        model = dataclasses.replace(cfg.model, adapters=v.adapters or cfg.model.adapters)
+        lines.append(Line(v.name, v.arm, dataclasses.replace(cfg, model=model, train=dataclasses.replace(
+            cfg.train, partners=v.partners, partner=v.partner or cfg.train.partner))))
     return lines
 
 
 def recipe_evals(cfg: Config, protocol: Protocol) -> list[EvalSpec]:
     """The recipe's evaluations: the untrained team in each arm; for each trained run (of every line), the run
     in every seat, the run in the first seat with the base in the others (cross-play), and the base in the first
-    seat with the run in the others (the other side); with `eval.cross_seed`, each run in the first seat with
-    each other run of its line in the others."""
+    seat with the run in the others (the other side), and for a run with per-role weights its role swap
+    (`protocol.swapped_roles`); with `eval.cross_seed`, each run in the first seat with each other run of its
+    line in the others."""
     n = len(protocol.seats)
     out = [EvalSpec(arm, (None,) * n) for arm in cfg.arms]
+    swap = tuple(swapped_roles(protocol.seats).values())
     for line in trained_lines(cfg):
         for run in line.runs(cfg.seeds):
             out += [EvalSpec(line.arm, (run,) * n), EvalSpec(line.arm, (run,) + (None,) * (n - 1)),
                     EvalSpec(line.arm, (None,) + (run,) * (n - 1))]
+            if line.per_role:
+                out.append(EvalSpec(line.arm, (run,) * n, swap))
     if cfg.eval.cross_seed:
         for line in trained_lines(cfg):
             runs = line.runs(cfg.seeds)
@@ -134,8 +151,8 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
 
     def ev(spec: EvalSpec) -> dict:
         seats = {seat: None if run is None else str(out / "runs" / run) for seat, run in zip(protocol.seats, spec.seats)}
-        return evaluate(cfg, test_set, out / "evals" / spec.name, arm=spec.arm, seats=seats, progress=progress,
-                        label=f"eval {spec.name}")
+        return evaluate(cfg, test_set, out / "evals" / spec.name, arm=spec.arm, seats=seats,
+                        roles=spec.role_map(protocol.seats), progress=progress, label=f"eval {spec.name}")
 
     lines = trained_lines(cfg)
     if cfg.parallel_runs > 1:
@@ -187,7 +204,7 @@ def replay_teams(cfg: Config, out: Path, specs: list[EvalSpec], evals: dict, pro
     from talktosolve.replay import chosen_positions, estimate_seconds, replay_influence, replayed_messages
 
     protocol = protocol_of(cfg.chat)
-    teams = [spec for spec in specs if len(set(spec.seats)) == 1]
+    teams = [spec for spec in specs if len(set(spec.seats)) == 1 and spec.roles is None]
     chosen = chosen_positions(protocol, None)
     n_chats = min(cfg.eval.influence_problems, cfg.eval.n_problems) * cfg.eval.chats_per_problem
     messages = replayed_messages(protocol, chosen, n_chats, len(cfg.eval.influence_kinds))
@@ -306,15 +323,26 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
                 "cross": np.array([find(line.arm, (r,) + (None,) * (n - 1))["scores"] for r in runs]),
                 "cross_others": np.array([find(line.arm, (None,) + (r,) * (n - 1))["scores"] for r in runs])}
 
+    swap = tuple(swapped_roles(protocol.seats).values())
+
     def summary(line: Line) -> dict:
-        acc, lo, hi = mean_ci(sides(line)["team"])
+        """A line's trained teams (pooled and per seed) and cross-play; for per-role runs, the role swap: per
+        seed, and the trained team minus the swapped one (paired)."""
+        team = sides(line)["team"]
+        acc, lo, hi = mean_ci(team)
         per_seed = {}
         for s, run in zip(seeds, line.runs(seeds)):
             m, l, h = mean_ci(np.array([find(line.arm, (run,) * n)["scores"]]))
             per_seed[str(s)] = {"accuracy": m, "lo": l, "hi": h,
                                 "cross_play": find(line.arm, (run,) + (None,) * (n - 1))["accuracy"],
                                 "cross_play_others": find(line.arm, (None,) + (run,) * (n - 1))["accuracy"]}
-        return {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
+            if line.per_role:
+                per_seed[str(s)]["role_swap"] = evals[EvalSpec(line.arm, (run,) * n, swap)]["accuracy"]
+        out = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
+        if line.per_role:
+            swapped = np.array([evals[EvalSpec(line.arm, (r,) * n, swap)]["scores"] for r in line.runs(seeds)])
+            out["role_swap"] = delta_entry(team, swapped)
+        return out
 
     lines = trained_lines(cfg)
     arms = {line.name: summary(line) for line in lines if line.name in cfg.arms}
@@ -363,7 +391,9 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     if cfg.variant.name:
         variant, of = lines[-1], next(line for line in lines if line.name == cfg.variant.arm)
         extra["variant"] = {"name": variant.name, "arm": variant.arm, "partners": cfg.variant.partners,
-                            **summary(variant), "against_arm": against_arm(sides(variant), sides(of))}
+                            "partner": variant.cfg.train.partner, "adapters": variant.cfg.model.adapters,
+                            **summary(variant),
+                            "against_arm": against_arm(sides(variant), sides(of))}
     return {
         "schema_version": 2,
         "preset": preset,
@@ -413,8 +443,10 @@ def eval_entry(spec: EvalSpec, summary: dict, protocol: Protocol) -> dict:
     import numpy as np
 
     _, lo, hi = mean_ci(np.array([summary["scores"]]))
-    entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key", "seats")}
+    entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key", "seats", "roles")}
     entry.update(lo=lo, hi=hi, seats={seat: run or "base" for seat, run in zip(protocol.seats, spec.seats)})
+    if spec.roles is not None:
+        entry["roles"] = spec.role_map(protocol.seats)
     return entry
 
 

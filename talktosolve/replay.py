@@ -61,7 +61,7 @@ def read_evaluation(cfg: Config, eval_dir: Path) -> tuple[dict, list[dict]]:
     if not isinstance(summary, dict) or not needed <= set(summary):
         raise InfluenceError(f"{eval_dir}/summary.json is not a talktosolve evaluation summary; rerun its "
                              "`talktosolve eval` command.")
-    if summary["key"] != eval_key(cfg, summary["arm"], _seats(summary)):
+    if summary["key"] != eval_key(cfg, summary["arm"], _seats(summary), summary.get("roles")):
         raise InfluenceError(f"{eval_dir} was evaluated under another config (model, data, chat or eval settings, "
                              "or other weights in a seat); give the --preset and --set values it was evaluated with.")
     protocol = protocol_of(cfg.chat)
@@ -134,7 +134,7 @@ def replay_influence(cfg: Config, eval_dir: Path, *, turns: list[int] | None = N
     if announce is not None:
         announce(total, estimate_seconds(summary, protocol, total))
     arm = ARMS[summary["arm"]]
-    players = players or load_players(cfg, _seats(summary))
+    players = players or load_players(cfg, _seats(summary), summary.get("roles"))
     began = time.perf_counter()
     bar = tqdm(total=total, desc=label, unit="msg",
                disable=not progress, dynamic_ncols=True)

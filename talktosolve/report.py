@@ -138,6 +138,9 @@ def _describe(entry: dict) -> str:
         return f"trained {seats[0]} ({run}) + base {', '.join(seats[1:])}"
     if kind == "cross_seed":
         return f"trained {seats[0]} ({run}) + trained {', '.join(seats[1:])} ({entry['seats'][seats[1]]})"
+    if kind == "role_swap":
+        return f"trained team {run}, roles swapped (" + ", ".join(
+            f"{seat} plays {role}'s" for seat, role in entry["roles"].items()) + ")"
     return f"base {seats[0]} + trained {', '.join(seats[1:])} ({run})"
 
 
@@ -228,7 +231,7 @@ def _sections(results: dict) -> list[tuple]:
                          s3(cross[1]["accuracy"] - team[1]["accuracy"])])
     out.append(("table", ["arm", "seed", "base team", "trained team", "cross-play", "other side", "cross − team"],
                 rows))
-    out += _cross_seed_blocks(results) + _variant_blocks(results)
+    out += _cross_seed_blocks(results) + _variant_blocks(results) + _role_swap_blocks(results)
 
     out += _influence_sections(results)
 
@@ -324,21 +327,70 @@ def _cross_seed_blocks(results: dict) -> list[tuple]:
 
 
 def _variant_blocks(results: dict) -> list[tuple]:
-    """The variant's runs against its arm's, side by side."""
+    """The variant's runs against its arm's, side by side: the paired deltas, then the figures themselves (talk
+    and the role swap included)."""
     v = results.get("variant")
     if v is None:
         return []
     arm = results["arms"][v["arm"]]
+    how = []
+    if v["partners"] > 0:
+        who = {"base": "the frozen untrained base", "snapshot": "a frozen snapshot of its own weights"}.get(
+            v.get("partner", "base"), f"the frozen run {v.get('partner')}")
+        how.append(f"with a share {f3(v['partners'])} of each step's problems seating {who} in one seat")
+    if v.get("adapters") == "per_role":
+        how.append("with one set of trained weights per seat (per-role), each trained on its seat's messages only")
     rows = []
     for side, d in v["against_arm"].items():
         rows.append([SIDE_TEXT[side], s3(d["delta"]), interval(d["lo"], d["hi"], signed=True), mark(d["excludes_zero"])])
+    side_by_side = [["trained team", f"{f3(arm['accuracy'])} {interval(arm['lo'], arm['hi'])}",
+                     f"{f3(v['accuracy'])} {interval(v['lo'], v['hi'])}"]]
+    for key in ("send", "use"):
+        side_by_side.append([f"{key} (trained teams, mean over seeds)", f3(_line_talk(results, v["arm"], v["arm"], key)),
+                             f3(_line_talk(results, v["name"], v["arm"], key))])
+    for name, entry in ((v["arm"], arm), (v["name"], v)):
+        if "role_swap" in entry:
+            d = entry["role_swap"]
+            side_by_side.append([f"team − role swap ({name})", *([NONE] if name == v["name"] else []),
+                                 f"{s3(d['delta'])} {interval(d['lo'], d['hi'], signed=True)}",
+                                 *([NONE] if name == v["arm"] else [])])
     return [("h2", f"Variant {v['name']}"),
-            ("p", f"The {v['arm']} arm trained with a share {f3(v['partners'])} of each step's problems seating the "
-                  f"frozen untrained base in one seat; its trained teams {f3(v['accuracy'])} "
-                  f"{interval(v['lo'], v['hi'])} against the {v['arm']} arm's {f3(arm['accuracy'])} "
-                  f"{interval(arm['lo'], arm['hi'])}. Each delta: {v['name']} − {v['arm']}, paired over problems, "
-                  "interval over problems and seeds."),
-            ("table", ["figure", f"{v['name']} − {v['arm']}", "95% interval", "excludes 0"], rows)]
+            ("p", f"The {v['arm']} arm trained {' and '.join(how) or 'as its arm'}; its trained teams "
+                  f"{f3(v['accuracy'])} {interval(v['lo'], v['hi'])} against the {v['arm']} arm's "
+                  f"{f3(arm['accuracy'])} {interval(arm['lo'], arm['hi'])}. Each delta: {v['name']} − {v['arm']}, "
+                  "paired over problems, interval over problems and seeds."),
+            ("table", ["figure", f"{v['name']} − {v['arm']}", "95% interval", "excludes 0"], rows),
+            ("table", ["figure", v["arm"], v["name"]], side_by_side)]
+
+
+def _line_talk(results: dict, line: str, arm: str, key: str) -> float | None:
+    """A talk metric of a line's trained teams, averaged over its seeds (None where no team has it)."""
+    runs = [name for name, r in results["runs"].items() if r.get("variant", r["arm"]) == line]
+    values = [e["talk"].get(key) for name in runs for _, e in find_evals(results, arm, "team", name)]
+    values = [x for x in values if x is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _role_swap_blocks(results: dict) -> list[tuple]:
+    """Per-role lines: each trained team against the same weights with their seats' roles swapped."""
+    lines = [(arm, results["arms"][arm]) for arm in _arms(results)] + (
+        [(results["variant"]["name"], results["variant"])] if "variant" in results else [])
+    lines = [(name, entry) for name, entry in lines if "role_swap" in entry]
+    if not lines:
+        return []
+    out: list[tuple] = [("h2", "Role swap"),
+                        ("p", "Runs with per-role weights, played with each seat's weights in the next seat (with two "
+                              "seats: A's in B's seat and B's in A's). Team − swap is paired over problems, interval "
+                              "over problems and seeds.")]
+    rows = []
+    for name, entry in lines:
+        for seed, e in entry["seeds"].items():
+            rows.append([name, seed, f3(e["accuracy"]), f3(e["role_swap"]), s3(e["accuracy"] - e["role_swap"])])
+        d = entry["role_swap"]
+        rows.append([name, "all", f3(entry["accuracy"]), NONE,
+                     f"{s3(d['delta'])} {interval(d['lo'], d['hi'], signed=True)}"])
+    out.append(("table", ["line", "seed", "trained team", "roles swapped", "team − swap"], rows))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- renderers
@@ -519,6 +571,13 @@ def terminal_summary(results: dict) -> str:
         for side, d in v["against_arm"].items():
             lines.append(f"{v['name']} - {v['arm']}, {SIDE_TEXT[side].replace('−', '-')}: {d['delta']:+.3f} "
                          f"[{d['lo']:+.3f}, {d['hi']:+.3f}]")
+    swapped = [(arm, results["arms"][arm]) for arm in _arms(results)] + (
+        [(results["variant"]["name"], results["variant"])] if "variant" in results else [])
+    for name, entry in swapped:
+        if "role_swap" in entry:
+            d = entry["role_swap"]
+            lines.append(f"{name}: team - role swap: {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] "
+                         f"(per-role weights played in each other's seats)")
     if results.get("influence"):
         rows = [[arm, f"turn {t['turn']} {t['writer']}->{t['listener']}", f"{b['drop']['mean']:+.3f}",
                  f"{t['drop']['mean']:+.3f} [{t['drop']['lo']:+.3f}, {t['drop']['hi']:+.3f}]",

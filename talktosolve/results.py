@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from talktosolve.arms import comparison_arms
+from talktosolve.protocol import swapped_roles
 
 __all__ = ["SCHEMA_PATH", "ResultsError", "validate_results", "load_schema", "format_path"]
 
@@ -132,11 +133,16 @@ def _check_consistency(r: dict) -> None:
         for seed in seed_keys:
             _check_interval(entry["seeds"][seed], ("arms", arm, "seeds", seed), "accuracy")
 
-    # Every evaluation the recipe makes, by its record: (arm, who sits in each seat).
+    # Every evaluation the recipe makes, by its record: (arm, who sits in each seat, whose weights they play).
     n = len(seats)
-    want = {(a, ("base",) * n) for a in arms}
-    for name, (a, _) in runs.items():
-        want |= {(a, (name,) * n), (a, (name,) + ("base",) * (n - 1)), (a, ("base",) + (name,) * (n - 1))}
+    want = {(a, ("base",) * n, None) for a in arms}
+    swap = tuple(swapped_roles(seats).values())
+    for line, a in lines.items():
+        for name in (f"{line}-s{s}" for s in r["run"]["seeds"]):
+            want |= {(a, (name,) * n, None), (a, (name,) + ("base",) * (n - 1), None),
+                     (a, ("base",) + (name,) * (n - 1), None)}
+            if line_adapters(r, line) == "per_role":
+                want.add((a, (name,) * n, swap))
     cross_seed = r.get("cross_seed")
     if (cross_seed is not None) != bool(r["config"].get("eval", {}).get("cross_seed")):
         _fail(("cross_seed",), "must be present exactly when config.eval.cross_seed is on")
@@ -146,7 +152,7 @@ def _check_consistency(r: dict) -> None:
             mine = [f"{line}-s{s}" for s in r["run"]["seeds"]]
             if cross_seed[line]["runs"] != mine or cross_seed[line]["arm"] != a:
                 _fail(("cross_seed", line), f"must hold the runs {mine} of arm {a}, in seed order")
-            want |= {(a, (x,) + (y,) * (n - 1)) for x in mine for y in mine if x != y}
+            want |= {(a, (x,) + (y,) * (n - 1), None) for x in mine for y in mine if x != y}
             for key in ("accuracy", "lo", "hi"):
                 if [len(row) for row in cross_seed[line][key]] != [len(mine)] * len(mine):
                     _fail(("cross_seed", line, key), f"must be {len(mine)} x {len(mine)}, one row and column per run")
@@ -155,6 +161,15 @@ def _check_consistency(r: dict) -> None:
                     if not cross_seed[line]["lo"][i][j] - _TOL <= acc <= cross_seed[line]["hi"][i][j] + _TOL:
                         _fail(("cross_seed", line, "accuracy", i, j), f"{acc} is outside its interval")
             _check_interval(cross_seed[line]["self_minus_cross"], ("cross_seed", line, "self_minus_cross"), "delta")
+    for line, entry in [(a, r["arms"][a]) for a in arms] + ([(variant["name"], variant)] if variant else []):
+        where = ("arms", line) if line in arms else ("variant",)
+        if ("role_swap" in entry) != (line_adapters(r, line) == "per_role"):
+            _fail(where + ("role_swap",), "must be present exactly when the line trains per-role weights")
+        if "role_swap" in entry:
+            _check_interval(entry["role_swap"], where + ("role_swap",), "delta")
+            for seed in seed_keys:
+                if "role_swap" not in entry["seeds"][seed]:
+                    _fail(where + ("seeds", seed), "has no role_swap, though its line trains per-role weights")
     if variant is not None:
         _check_interval(variant, ("variant",), "accuracy")
         _check_keys(variant["seeds"], set(seed_keys), ("variant", "seeds"), "seed")
@@ -175,11 +190,16 @@ def _check_consistency(r: dict) -> None:
         if list(ev["talk"]["seats"]) != seats:
             _fail(path + ("talk", "seats"), f"holds seats {list(ev['talk']['seats'])}, not the protocol's {seats}")
         _check_interval(ev, path, "accuracy")
-        have[(ev["arm"], tuple(ev["seats"].values()))] = name
-    missing = sorted(want - set(have))
+        roles = ev.get("roles")
+        if roles is not None and list(roles) != seats:
+            _fail(path + ("roles",), f"holds seats {list(roles)}, not the protocol's {seats}")
+        have[(ev["arm"], tuple(ev["seats"].values()), None if roles is None else tuple(roles.values()))] = name
+    missing = sorted(want - set(have), key=str)
     if missing:
-        _fail(("evals",), f"missing the evaluation of arm {missing[0][0]} with seats {list(missing[0][1])}")
-    extra = sorted(set(have) - want)
+        arm, who, roles = missing[0]
+        played = f" playing roles {list(roles)}" if roles else ""
+        _fail(("evals",), f"missing the evaluation of arm {arm} with seats {list(who)}{played}")
+    extra = sorted(set(have) - want, key=str)
     if extra:
         _fail(("evals", have[extra[0]]), "is not an evaluation of this recipe's arms and runs")
 
@@ -217,15 +237,32 @@ def _check_consistency(r: dict) -> None:
 
 # ------------------------------------------------------------------------------------------ reading the records
 
-KINDS = ("base", "team", "cross", "cross_others", "cross_seed")
+def line_adapters(results: dict, line: str) -> str:
+    """`shared` or `per_role`: how a line of runs (an arm, or the variant) was trained, from results.json's
+    config (a variant's own `adapters`, else the recipe's `model.adapters`; `shared` before the setting
+    existed)."""
+    config = results["config"]
+    default = config.get("model", {}).get("adapters", "shared")
+    variant = config.get("variant", {})
+    if line == variant.get("name"):
+        return variant.get("adapters") or default
+    return default
+
+
+KINDS = ("base", "team", "cross", "cross_others", "cross_seed", "role_swap")
 """What an evaluation is, from who sits where: the untrained team; a run in every seat; a run in the first seat
 with the base in the others (cross-play); the base in the first seat with a run in the others (its other side);
 a run in the first seat with another run in the others (a cell of the cross-seed matrix)."""
 
 
 def eval_kind(entry: dict) -> tuple[str, str | None]:
-    """(kind, run or None) of an evaluation entry, read from its `seats` record."""
+    """(kind, run or None) of an evaluation entry, read from its `seats` record (and `roles`: a per-role run's
+    weights played in other seats than their own is its role swap)."""
     who = list(entry["seats"].values())
+    if entry.get("roles"):
+        if len(set(who)) != 1 or who[0] == "base":
+            raise ValueError(f"an evaluation with roles {entry['roles']} must seat one run in every seat")
+        return "role_swap", who[0]
     first, rest = who[0], set(who[1:])
     if first == "base" and rest == {"base"}:
         return "base", None

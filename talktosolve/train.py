@@ -7,7 +7,8 @@
                             the messages it skipped for a zero advantage (of rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
                             a process add shared_runs, and each is charged its share of the common sampling)
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages (and, when
-                            training with partners, `partner_seat`: the seat the frozen base played, or null)
+                            training with partners, `partner_seat`: the seat the frozen partner played, or null,
+                            and with a snapshot partner `partner_step`: the step whose weights it held)
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
       done.json             written last: the run finished, and which config produced it
@@ -15,8 +16,9 @@
 All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
 needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
 
-With `train.partners`, a share of each step's problems seats the frozen untrained base (a second copy of it) in
-one seat of all their chats, chosen from (seed, k) (`partners.py`); only the learner's messages are trained.
+With `train.partners`, a share of each step's problems seats a frozen partner (`train.partner`: the untrained
+base, a snapshot of this run, or a finished run; `frozen.py`) in one seat of all their chats, chosen from
+(seed, k) (`partners.py`); only the learner's messages are trained.
 
 Several runs can share a process (`train_runs`, `train.runs_per_process`): one frozen base, one adapter and one
 AdamW state per run, swapped into the model's adapter in turn; each step samples every run's chats in one batch
@@ -26,22 +28,23 @@ sampling generator is then derived from (the runs' seeds, k), and each run's fol
 
 from __future__ import annotations
 
+import copy
 import random
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from talktosolve import distributed
+from talktosolve import checkpoint, distributed
 from talktosolve.config import Config, config_key
 from talktosolve.fast_engine import StaticEngine, make_engine
-from talktosolve.grpo import NonFiniteLoss, Sample, group_advantages, grpo_update
+from talktosolve.grpo import NonFiniteLoss, Sample, StepStats, group_advantages, grpo_update
 from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
                                 make_trainable, resolve_device, save_policy, stop_ids)
 from talktosolve.arms import ARMS
+from talktosolve.frozen import FrozenPartner, partner_key
 from talktosolve.partners import lineups, partner_seats
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
@@ -56,13 +59,24 @@ class TrainingError(RuntimeError):
 
 def run_config(cfg: Config, arm: str, seed: int) -> dict:
     """What determines a training run's outputs: the model, data, chat and train sections, the arm and seed.
-    `train.runs_per_process` counts only when above 1 and `train.partners` only when above 0 (so runs that do
-    not use them keep the keys they had before these settings existed)."""
+    `train.runs_per_process` counts only when above 1, `train.partners` only when above 0 (and with it
+    `train.partner` when not the base, `train.snapshot_every` for a snapshot partner) and `model.adapters` only
+    when per_role (so runs that do not use them keep the keys they had before these settings existed). A partner
+    run counts by its own key (`frozen.partner_key`), not its path."""
     d = cfg.to_dict()
     if d["train"]["runs_per_process"] == 1:
         del d["train"]["runs_per_process"]
-    if d["train"]["partners"] == 0:
-        del d["train"]["partners"]
+    train = d["train"]
+    if train["partners"] == 0:
+        del train["partners"]
+    if "partners" not in train or train["partner"] == "base":
+        del train["partner"]
+    else:
+        train["partner"] = partner_key(train["partner"])
+    if train.get("partner") != "snapshot":
+        del train["snapshot_every"]
+    if d["model"]["adapters"] == "shared":
+        del d["model"]["adapters"]
     return {"model": d["model"], "data": d["data"], "chat": d["chat"], "train": d["train"], "arm": arm,
             "seed": seed}
 
@@ -90,65 +104,17 @@ def step_problems(problems: list, seed: int, step: int, n: int) -> list:
     return out
 
 
-def _save_checkpoint(run_dir: Path, model, optimizer, step: int) -> None:
-    final = run_dir / "checkpoints" / f"step-{step:06d}"
-    tmp = run_dir / "checkpoints" / f".tmp-step-{step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    names = {id(p): n for n, p in model.named_parameters()}
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    save_file({names[id(p)]: p.detach().cpu().contiguous() for p in params}, str(tmp / "trainable.safetensors"))
-    opt = optimizer.state_dict()
-    tensors = {}
-    for idx, state in opt["state"].items():
-        for key, value in state.items():
-            tensors[f"{idx}.{key}"] = (value if torch.is_tensor(value) else torch.tensor(value)).cpu().contiguous()
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    write_json(tmp / "state.json", {"step": step, "param_groups": opt["param_groups"]})
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)  # a checkpoint appears whole or not at all
-    for old in sorted((run_dir / "checkpoints").glob("step-*"))[:-2]:
-        shutil.rmtree(old, ignore_errors=True)
+@dataclass
+class _Role:
+    """One set of a run's trained weights and the seats it plays: the shared adapter (every seat), or, with
+    per-role adapters, one seat's own (its own model, engine and optimizer)."""
 
-
-def _load_checkpoint(ckpt: Path, model, optimizer) -> int:
-    device = next(model.parameters()).device
-    weights = load_file(str(ckpt / "trainable.safetensors"), device=str(device))
-    by_name = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            by_name[name].copy_(value)
-    state = read_json(ckpt / "state.json")
-    tensors = load_file(str(ckpt / "optimizer.safetensors"), device=str(device))
-    opt_state: dict = {}
-    for key, value in tensors.items():
-        idx, field = key.split(".", 1)
-        opt_state.setdefault(int(idx), {})[field] = value.cpu() if field == "step" else value
-    optimizer.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
-    return int(state["step"])
-
-
-def checkpoints(run_dir: Path) -> dict[int, Path]:
-    """A run folder's complete checkpoints, by step."""
-    found = (p for p in (Path(run_dir) / "checkpoints").glob("step-*") if (p / "state.json").exists())
-    return {int(p.name.split("-")[1]): p for p in found}
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = checkpoints(run_dir)
-    return ckpts[max(ckpts)] if ckpts else None
-
-
-def _resume_points(run_dirs: list[Path]) -> list[Path | None]:
-    """The checkpoint each run resumes from. Runs sharing a process resume together from the newest step they
-    all hold a checkpoint of: a kill between two runs' checkpoints of one step leaves one run a checkpoint ahead
-    (its previous one is kept), and replaying that step together makes the same chats as never stopping. Runs
-    with no step in common (a group made of other runs before) each resume from their latest."""
-    held = [checkpoints(d) for d in run_dirs]
-    common = set.intersection(*(set(h) for h in held))
-    if common:
-        return [h[max(common)] for h in held]
-    return [h[max(h)] if h else None for h in held]
+    name: str
+    """`""` for the shared weights; the seat's name for a role's (its checkpoint subfolder and final/ folder)."""
+    seats: tuple[str, ...]
+    model: object
+    params: list
+    optimizer: torch.optim.Optimizer | None = None
 
 
 @dataclass
@@ -160,7 +126,7 @@ class _Run:
     dir: Path
     key: str
     loggers: tuple = ()
-    optimizer: torch.optim.Optimizer | None = None
+    roles: list[_Role] = field(default_factory=list)
     start: int = 0
     weights: list | None = None
     """Its trainable tensors while the model holds another run's (runs sharing a process); None when alone."""
@@ -168,6 +134,9 @@ class _Run:
     @property
     def name(self) -> str:
         return f"{self.arm} seed {self.seed}"
+
+    def parts(self) -> checkpoint.Parts:
+        return {role.name: (role.model, role.optimizer) for role in self.roles}
 
 
 def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, progress: bool = True,
@@ -184,8 +153,14 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     One run is the plain loop. Several share one frozen base (LoRA only): each step their chats are sampled
     together by a slot-mode engine (`StaticEngine(..., slots=n)`, one decode step for every run's rows), then
     each run in turn has its adapter and optimizer state loaded into the model, learns, and is saved back. The
-    runs resume from their newest common checkpoint step (`_resume_points`); a run further along (one of a group
-    with no common step) waits until the others reach its step.
+    runs resume from their newest common checkpoint step (`checkpoint.resume_points`); a run further along (one
+    of a group with no common step) waits until the others reach its step.
+
+    With per-role adapters (`model.adapters=per_role`, one run at a time) each seat is played by its own copy
+    of the trainable model, all copies starting from the same weights; each role learns only from its seat's
+    messages, with the team's advantages, normalised by its own tokens (`_learn`). A copy of the base per role
+    costs one more set of base weights each (3 GB at 1.5B parameters in bf16), the simple way to an engine per
+    role whose CUDA graphs read only that role's weights.
     """
     from tqdm.auto import tqdm
 
@@ -212,9 +187,10 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if t.problems_per_step % size:
         raise TrainingError(f"train.problems_per_step ({t.problems_per_step}) must be a multiple of the "
                             f"{size} processes, so that every rank plays whole problems.")
-    if shared and (size > 1 or cfg.model.finetune != "lora"):
-        raise TrainingError("several runs share a process only with LoRA (model.finetune=lora) in a single "
-                            "process; train them one at a time (train.runs_per_process=1).")
+    if shared and (size > 1 or cfg.model.finetune != "lora" or cfg.model.adapters != "shared"):
+        raise TrainingError("several runs share a process only with one shared LoRA adapter each "
+                            "(model.finetune=lora, model.adapters=shared) in a single process; train them one at a "
+                            "time (train.runs_per_process=1).")
     main = rank == 0
     if main:
         for run in pending:
@@ -230,24 +206,37 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     model = make_trainable(load_base(cfg.model, device), cfg.model)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    roles = role_seats(cfg, protocol)
+    models = [model] + [copy.deepcopy(model) for _ in roles[1:]]  # every role starts from the same weights
     params = [p for p in model.parameters() if p.requires_grad]
-    for run, ckpt in zip(pending, _resume_points([run.dir for run in pending])):
+    for run, ckpt in zip(pending, checkpoint.resume_points([run.dir for run in pending])):
         if shared:
             _fresh_adapter(model, run.seed)
-        run.optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
+        run.roles = [_Role(name, seats, m, [p for p in m.parameters() if p.requires_grad])
+                     for (name, seats), m in zip(roles, models)]
+        for role in run.roles:
+            role.optimizer = torch.optim.AdamW(role.params, lr=t.lr, betas=tuple(t.betas),
+                                               weight_decay=t.weight_decay)
         if ckpt is not None:
-            run.start = _load_checkpoint(ckpt, model, run.optimizer)
+            run.start = checkpoint.load(ckpt, run.parts())
         if main:
             for log in ("metrics.jsonl", "transcripts.jsonl"):
                 truncate_jsonl(run.dir / log, lambda row, start=run.start: row.get("step", -1) < start)
         if shared:
             run.weights = [p.detach().clone() for p in params]
 
-    engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
-                         temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                         kind=cfg.chat.engine, slots=len(pending) if shared else 0)
-    compile_layers(model, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
-    partner = _frozen_base(cfg, tokenizer, device) if t.partners > 0 else None
+    engines = [make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
+                           temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                           kind=cfg.chat.engine, slots=len(pending) if shared else 0) for m in models]
+    for m, engine in zip(models, engines):
+        compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
+    # Each seat's learner (the shared one in every seat); runs sharing a process make theirs each step.
+    learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}")
+                for (name, seats), engine in zip(roles, engines) for seat in seats}
+    partner = (FrozenPartner(cfg, tokenizer, device, [(r.name, r.seats, r.model) for r in pending[0].roles])
+               if t.partners > 0 else None)
+    if partner is not None and partner.copies and pending[0].start:
+        partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
     gpu = device.type == "cuda"
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
@@ -263,17 +252,19 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             if shared:
                 for slot, run in enumerate(active):
                     _swap_in(params, run)
-                    engine.store_adapter(slot)
-                player = Player(engine, tokenizer, "policy", slots=len(active))
+                    engines[0].store_adapter(slot)
+                player = Player(engines[0], tokenizer, "policy", slots=len(active))
+                learners = {seat: player for seat in protocol.seats}
                 seed = _shared_seed([run.seed for run in active], step)
             else:
-                player = Player(engine, tokenizer, "policy")
                 seed = active[0].seed * 100_003 + step + rank * 1_000_000_007
             # Runs sharing a process never have partners (config.validate), so this is one run's step.
             frozen = distributed.shard(partner_seats(active[0].seed, step, t.problems_per_step, t.partners,
                                                      protocol.seats), rank, size) if partner else None
-            seating = ({seat: player for seat in protocol.seats} if partner is None else
-                       lineups(frozen, t.chats_per_problem, protocol.seats, player, partner))
+            if partner is not None:
+                partner.refresh(step)
+            seating = (learners if partner is None else
+                       lineups(frozen, t.chats_per_problem, protocol.seats, learners, partner.players))
             chats = play_chats([p for b in batches for p in b],
                                [ARMS[run.arm] for run, b in zip(active, batches) for _ in b],
                                seating, protocol, cfg.chat, chats_per_problem=t.chats_per_problem, seed=seed)
@@ -281,7 +272,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             if shared:
                 # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
                 # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
-                engine.release()
+                engines[0].release()
             sampled = time.perf_counter()
             peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if gpu else None
             per_run = len(chats) // len(active)
@@ -292,19 +283,23 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                     torch.cuda.reset_peak_memory_stats(device)
                 if shared:
                     _swap_in(params, run)
-                for group in run.optimizer.param_groups:  # a function of the step alone: resuming needs no state
-                    group["lr"] = learning_rate(t, step)
                 mine = chats[j * per_run:(j + 1) * per_run]
                 frozen_seats = None if frozen is None else [f for f in frozen for _ in range(t.chats_per_problem)]
-                stats = _learn(model, run.optimizer, mine, t, tokenizer.pad_token_id, device, protocol.n_turns,
-                               frozen_seats)
+                role_stats = []
+                for role in run.roles:
+                    for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
+                        group["lr"] = learning_rate(t, step)
+                    role_stats.append(_learn(role.model, role.optimizer, mine, t, tokenizer.pad_token_id, device,
+                                             protocol.n_turns, frozen_seats, role.seats))
+                stats = _combined([s for s in role_stats if s is not None])
                 if shared:
                     _swap_out(params, run)
                 learned = time.perf_counter()
                 # Sampling was shared: each run is charged its share of it.
                 sample_seconds = (sampled - began) / len(active)
                 transcripts = distributed.gather([{"step": step, **c.transcript(),
-                                                   **_partner_record(frozen_seats, i)} for i, c in enumerate(mine)])
+                                                   **_partner_record(frozen_seats, i, partner, step)}
+                                                  for i, c in enumerate(mine)])
                 row = step_metrics(step, transcripts, protocol, stats, sample_seconds + learned - learn_began, sample_seconds,
                                    learned - learn_began)
                 if shared:
@@ -314,11 +309,11 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                     row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
                                 "perf/peak_learn_gb": peak_learn})
                 if main:
-                    _record(run, model, step, row, transcripts, t)
+                    _record(run, step, row, transcripts, t, partner)
                 rows.append(row)
         except NonFiniteLoss as e:
             bar.close()
-            kept = latest_checkpoint(run.dir)
+            kept = checkpoint.latest(run.dir)
             where = f"Step {step} of {run.name}" if shared else f"Step {step}"
             raise TrainingError(
                 f"{where}: {e}. The update was not applied; the last good checkpoint is "
@@ -343,66 +338,88 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     for run in pending:
         if shared:
             _swap_in(params, run)
-        _finish(run, model, cfg, size, main)
+        _finish(run, cfg, size, main)
+
+
+def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ...]]]:
+    """A run's sets of trained weights, each with the seats it plays: `("", every seat)` for the shared
+    adapter, or `(seat, (seat,))` for each seat with per-role adapters."""
+    if cfg.model.adapters == "per_role":
+        return [(seat, (seat,)) for seat in protocol.seats]
+    return [("", tuple(protocol.seats))]
 
 
 def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
-           frozen: list[str | None] | None = None):
-    """One GRPO update from one run's chats (grouped by problem): advantages, then the learner's samples.
-    `frozen[i]`: the seat a frozen partner played in chat i (None: self-play); its messages are not trained and
-    do not count in the normaliser."""
+           frozen: list[str | None] | None = None, seats=None) -> StepStats | None:
+    """One GRPO update of one set of weights from one run's chats (grouped by problem): advantages, then the
+    samples of the seats these weights play (`seats`; None: every seat). `frozen[i]`: the seat a frozen
+    partner played in chat i (None: self-play); its messages are not trained. Only the trained messages count
+    in the normaliser, so each role's loss is a mean over its own tokens. None when these weights wrote no
+    message this step (every one of their seats was frozen): no update."""
     G = t.chats_per_problem
     adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
     frozen = frozen or [None] * len(chats)
     samples = []
     for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
         c.advantage = a
-        samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns if tr.speaker != frozen[ci]]
+        samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns
+                    if tr.speaker != frozen[ci] and (seats is None or tr.speaker in seats)]
     n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
+    if n_tokens == 0:
+        return None
     return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
                        chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
                        microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat)
 
 
-def _frozen_base(cfg: Config, tokenizer, device) -> Player:
-    """The frozen partner: a second copy of the untrained base with its own sampler. Under full fine-tuning
-    the learner's weights move, so the base must be a copy; under LoRA the learner's sampler applies its
-    adapter to every row, so a copy (one more set of base weights) is the simple way to rows without it."""
-    model = load_base(cfg.model, device).eval().requires_grad_(False)
-    engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
-                         temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                         kind=cfg.chat.engine)
-    return Player(engine, tokenizer, "base")
+def _combined(stats: list[StepStats]) -> StepStats:
+    """The step's figures over its roles' updates: losses weighted by tokens (the loss one update over all of
+    them would report), gradient norms as the norm of all roles' gradients together, counts summed."""
+    if len(stats) == 1:
+        return stats[0]
+    tokens = sum(s.tokens for s in stats)
+    return StepStats(loss=sum(s.loss * s.tokens for s in stats) / tokens,
+                     grad_norm=sum(s.grad_norm ** 2 for s in stats) ** 0.5, tokens=tokens,
+                     samples=sum(s.samples for s in stats), skipped=sum(s.skipped for s in stats),
+                     row_tokens=sum(s.row_tokens for s in stats), padded_tokens=sum(s.padded_tokens for s in stats),
+                     microbatches=sum(s.microbatches for s in stats))
 
 
-def _partner_record(frozen: list[str | None] | None, i: int) -> dict:
-    """A transcript's partner: the seat the frozen base played (only in runs that train with partners)."""
-    return {} if frozen is None else {"partner_seat": frozen[i]}
+def _partner_record(frozen: list[str | None] | None, i: int, partner: FrozenPartner | None, step: int) -> dict:
+    """A transcript's partner: the seat the frozen partner played (only in runs that train with partners), and
+    for a snapshot partner the step whose weights it held."""
+    if frozen is None:
+        return {}
+    held = partner.snapshot_step(step) if frozen[i] is not None else None
+    return {"partner_seat": frozen[i], **({"partner_step": held} if held is not None else {})}
 
 
-def _record(run: _Run, model, step: int, row: dict, transcripts: list, t) -> None:
+def _record(run: _Run, step: int, row: dict, transcripts: list, t, partner: FrozenPartner | None) -> None:
     """A step's logs, then its checkpoint when one is due (the model holds this run's weights)."""
     append_jsonl(run.dir / "transcripts.jsonl", transcripts)
     append_jsonl(run.dir / "metrics.jsonl", [row])
     for log in run.loggers:
         log(row, step)
     if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
-        _save_checkpoint(run.dir, model, run.optimizer, step + 1)
+        checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
 
 
-def _finish(run: _Run, model, cfg: Config, size: int, main: bool) -> None:
-    """The trained weights into `final/`, then `done.json` (the model holds this run's weights)."""
-    checksums = distributed.gather([weights_checksum(model)])
+def _finish(run: _Run, cfg: Config, size: int, main: bool) -> None:
+    """The trained weights into `final/` (per-role: `final/{seat}/`), then `done.json` (the model holds this
+    run's weights)."""
+    checksums = distributed.gather([checkpoint.weights_checksum(*(role.model for role in run.roles))])
     if len(set(checksums)) != 1:
         raise TrainingError(f"ranks ended with different weights ({checksums}); this is a bug, please report it.")
     if main:
         final_tmp = run.dir / ".final.tmp"
         shutil.rmtree(final_tmp, ignore_errors=True)
-        save_policy(model, final_tmp, cfg.model)
+        for role in run.roles:
+            save_policy(role.model, final_tmp / role.name, cfg.model)
         shutil.rmtree(run.dir / "final", ignore_errors=True)
         final_tmp.rename(run.dir / "final")
+        roles = {"roles": [role.name for role in run.roles]} if cfg.model.adapters == "per_role" else {}
         write_json(run.dir / "done.json", {"key": run.key, "steps": cfg.train.steps, "ranks": size,
-                                           "weights_checksum": checksums[0]})
+                                           "weights_checksum": checksums[0], **roles})
     distributed.barrier()
 
 
@@ -434,18 +451,6 @@ def _shared_seed(seeds: list[int], step: int) -> int:
 
     digest = hashlib.sha256(f"{sorted(seeds)}-{step}".encode()).hexdigest()
     return int(digest[:15], 16)
-
-
-def weights_checksum(model) -> str:
-    """A hash of the trained weights' bytes: equal on every rank after data-parallel training."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            h.update(name.encode())
-            h.update(p.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def _fmt(x) -> str:

@@ -136,22 +136,22 @@ def without_times(rows):
 @pytest.mark.slow
 def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path, monkeypatch):
     import talktosolve.reward
-    import talktosolve.train as train_mod
+    import talktosolve.checkpoint as checkpoint
 
     monkeypatch.setattr(talktosolve.reward, "grade_many", odd_length_is_right)
     whole, part = tmp_path / "whole", tmp_path / "part"
     run_train(tiny_model_dir, whole, extra=["train.lr=1e-2"])
     # The same command stopped right after step 1's checkpoint, as a kill there would, then run again.
-    real_save = train_mod._save_checkpoint
+    real_save = checkpoint.save
 
-    def save_then_stop(run_dir, model, optimizer, step):
-        real_save(run_dir, model, optimizer, step)
+    def save_then_stop(run_dir, parts, step, **kw):
+        real_save(run_dir, parts, step, **kw)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_mod, "_save_checkpoint", save_then_stop)
+    monkeypatch.setattr(checkpoint, "save", save_then_stop)
     assert main(train_args(tiny_model_dir, part, extra=["train.lr=1e-2"])) == 130  # interrupted
     assert [r["step"] for r in read_jsonl(part / "metrics.jsonl")] == [0] and not (part / "final").exists()
-    monkeypatch.setattr(train_mod, "_save_checkpoint", real_save)
+    monkeypatch.setattr(checkpoint, "save", real_save)
     run_train(tiny_model_dir, part, extra=["train.lr=1e-2"])
     a = load_file(str(whole / "final" / "adapter_model.safetensors"))
     b = load_file(str(part / "final" / "adapter_model.safetensors"))

@@ -1,0 +1,83 @@
+"""Frozen partners (`frozen.py`): a snapshot of the learner refreshed every `train.snapshot_every` steps and kept
+in checkpoints (so resuming is exact), and a finished run as the partner, named by its key."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from talktosolve.cli import main
+from talktosolve.config import ConfigError, make_config
+from talktosolve.store import read_jsonl
+
+pytestmark = pytest.mark.slow
+
+SNAPSHOT = ["train.partners=0.5", "train.partner=snapshot", "train.snapshot_every=2", "train.steps=4",
+            "train.lr=3e-3"]
+
+
+def _train(out, extra):
+    args = ["train", "--preset", "tiny", "--arm", "chat", "--seed", "0", "--out", str(out), "--quiet"]
+    for item in extra:
+        args += ["--set", item]
+    return main(args)
+
+
+def test_a_snapshot_partner_holds_the_learners_weights_of_the_latest_multiple_of_snapshot_every(tmp_path):
+    assert _train(tmp_path / "run", SNAPSHOT + ["train.checkpoint_every=2"]) == 0
+    ckpts = tmp_path / "run" / "checkpoints"
+    at2 = load_file(str(ckpts / "step-000002" / "trainable.safetensors"))
+    snap2 = load_file(str(ckpts / "step-000002" / "snapshot.safetensors"))
+    snap4 = load_file(str(ckpts / "step-000004" / "snapshot.safetensors"))
+    assert snap4.keys() == at2.keys() and all(torch.equal(snap4[k], at2[k]) for k in at2)
+    assert any(not torch.equal(snap2[k], at2[k]) for k in at2), "before step 2 it held the initial weights"
+    rows = read_jsonl(tmp_path / "run" / "transcripts.jsonl")
+    held = {(r["step"], r.get("partner_step")) for r in rows if r["partner_seat"] is not None}
+    assert held == {(0, 0), (1, 0), (2, 2), (3, 2)}
+
+
+def test_resume_with_a_snapshot_partner_equals_uninterrupted(tmp_path, monkeypatch):
+    import talktosolve.checkpoint as checkpoint
+
+    extra = SNAPSHOT + ["train.checkpoint_every=1"]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert _train(whole, extra) == 0
+    real_save = checkpoint.save
+
+    def stop_after_step_3(run_dir, parts, step, **kw):
+        real_save(run_dir, parts, step, **kw)
+        if step == 3:  # its snapshot (step 2's weights) is not the checkpoint's weights
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save", stop_after_step_3)
+    assert _train(part, extra) == 130
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    assert _train(part, extra) == 0
+    a = load_file(str(whole / "final" / "model.safetensors"))
+    b = load_file(str(part / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    strip = [{k: v for k, v in r.items() if "seconds" not in k} for r in read_jsonl(whole / "metrics.jsonl")]
+    assert strip == [{k: v for k, v in r.items() if "seconds" not in k} for r in read_jsonl(part / "metrics.jsonl")]
+
+
+def test_a_finished_run_as_the_partner_counts_by_its_key_not_its_path(tmp_path):
+    from talktosolve.train import run_config
+
+    first = tmp_path / "first"
+    assert _train(first, ["train.steps=2"]) == 0
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    cfg = make_config("tiny", {"train": {"partners": 0.5, "partner": str(moved)}})
+    key = json.loads((moved / "done.json").read_text())["key"]
+    assert run_config(cfg, "chat", 0)["train"]["partner"] == key
+    assert _train(tmp_path / "second", ["train.partners=0.5", f"train.partner={moved}", "train.steps=2"]) == 0
+    rows = read_jsonl(tmp_path / "second" / "transcripts.jsonl")
+    assert sum(r["partner_seat"] is not None for r in rows) == len(rows) // 2
+
+
+def test_a_partner_that_is_no_folder_fails_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="neither base, snapshot nor a folder"):
+        make_config("tiny", {"train": {"partners": 0.5, "partner": str(tmp_path / "nowhere")}})
+    with pytest.raises(ConfigError, match="snapshot_every is 0"):
+        make_config("tiny", {"train": {"snapshot_every": 0}})
