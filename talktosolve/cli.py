@@ -318,13 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
 def user_errors() -> tuple[type[Exception], ...]:
     """The exceptions that mean the user's input cannot be used (each module's own), as opposed to a bug."""
     from talktosolve.data import DataError
+    from talktosolve.evaluate import EvaluationError
     from talktosolve.influence import InfluenceError
     from talktosolve.policy import ModelError
     from talktosolve.tracking import TrackingError
     from talktosolve.train import TrainingError
 
     return (UsageError, FolderError, ConfigError, DataError, ModelError, TrainingError, TrackingError,
-            InfluenceError)
+            InfluenceError, EvaluationError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,8 +26,29 @@ from talktosolve.rollout import Player, play_chats
 from talktosolve.store import read_json, write_json, write_text
 from talktosolve.talk import aggregate_talk, chat_talk
 
+import contextlib
 import json
 import time
+
+
+class EvaluationError(RuntimeError):
+    """An evaluation that cannot run as configured; the message says which setting to change."""
+
+
+@contextlib.contextmanager
+def says_what_to_lower(cfg: Config, what: str):
+    """A GPU out-of-memory inside an evaluation (or a replay of one) becomes one line naming the setting that
+    bounds its memory: how many chats are sampled together."""
+    import torch
+
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        lower = max(cfg.eval.chats_per_problem, cfg.eval.batch_chats // 2)
+        raise EvaluationError(
+            f"{what}: the GPU ran out of memory sampling eval.batch_chats={cfg.eval.batch_chats} chats together. "
+            f"Lower it (--set eval.batch_chats={lower}) and rerun the same command: finished stages are kept."
+        ) from e
 
 
 def eval_key(cfg: Config, arm: str, seats: dict[str, str | None], roles: dict[str, str] | None = None) -> str:
@@ -91,11 +112,12 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     # Counted in messages, turn by turn: one batch can be the whole evaluation.
     bar = tqdm(total=len(problems) * e.chats_per_problem * protocol.n_turns, desc=label, unit="msg",
                disable=not progress, dynamic_ncols=True)
-    for batch, seed in batches(cfg, problems):
-        played = play_chats(batch, ARMS[arm], players, protocol, cfg.chat, chats_per_problem=e.chats_per_problem,
-                            seed=seed, progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
-        reward.score_chats(played, protocol)
-        chats += played
+    with says_what_to_lower(cfg, label):
+        for batch, seed in batches(cfg, problems):
+            played = play_chats(batch, ARMS[arm], players, protocol, cfg.chat, chats_per_problem=e.chats_per_problem,
+                                seed=seed, progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
+            reward.score_chats(played, protocol)
+            chats += played
     bar.close()
     transcripts = [c.transcript() for c in chats]
     summary = summarize(chats, transcripts, e.chats_per_problem, protocol)

@@ -29,7 +29,7 @@ from talktosolve import reward
 from talktosolve.arms import ARMS
 from talktosolve.config import Config, config_key
 from talktosolve.data import Problem
-from talktosolve.evaluate import batches, eval_key, load_players
+from talktosolve.evaluate import batches, eval_key, load_players, says_what_to_lower
 from talktosolve.influence import InfluenceError, Position, ablations, figures, outcome, positions
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve.rollout import Prefix, play_chats
@@ -183,13 +183,14 @@ def _play(cfg: Config, protocol: Protocol, arm, players, problems: list, prefixe
     """One pass: the evaluation's batches and seeds, each chat from its prefix to the position's last turn."""
     G = cfg.eval.chats_per_problem
     chats = []
-    for batch, seed in batches(cfg, problems):
-        mine = prefixes[len(chats):len(chats) + len(batch) * G]
-        played = play_chats(batch, arm, players, protocol, cfg.chat, chats_per_problem=G, seed=seed,
-                            prefixes=mine, until=position.last,
-                            progress=lambda turn, k=len(mine): bar.update(k))
-        reward.grade_finals(played, protocol, position.listeners)
-        chats += played
+    with says_what_to_lower(cfg, "influence replay"):
+        for batch, seed in batches(cfg, problems):
+            mine = prefixes[len(chats):len(chats) + len(batch) * G]
+            played = play_chats(batch, arm, players, protocol, cfg.chat, chats_per_problem=G, seed=seed,
+                                prefixes=mine, until=position.last,
+                                progress=lambda turn, k=len(mine): bar.update(k))
+            reward.grade_finals(played, protocol, position.listeners)
+            chats += played
     return chats
 
 

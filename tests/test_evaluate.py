@@ -25,3 +25,21 @@ def test_the_progress_bar_moves_turn_by_turn_within_one_batch(tiny_model_dir, tm
     evaluate(cfg, make_problems("test", 6, 0), tmp_path / "ev", progress=True)
     # 6 problems x 2 chats in one batch: the bar counts 48 messages, 12 at each of the 4 turns.
     assert updates == [(48, 12)] * 4
+
+
+def test_a_gpu_out_of_memory_in_an_evaluation_ends_in_one_line_naming_the_batch_to_lower(tmp_path, monkeypatch,
+                                                                                           capsys):
+    import torch
+
+    import talktosolve.evaluate
+    from talktosolve.cli import main
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(talktosolve.evaluate, "play_chats", out_of_memory)
+    out = tmp_path / "ev"
+    assert main(["eval", "--preset", "tiny", "--arm", "chat", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "eval.batch_chats=48" in err and "--set eval.batch_chats=24" in err
+    assert not (out / "summary.json").exists()
