@@ -19,16 +19,14 @@ Ratios are against the first setting in the same process. Prints a table and wri
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from random_model import save_random_model, stand_in_rewards
+from random_model import run_facts, save_random_model, stand_in_rewards
 
 
 def _settings(text: str) -> list[tuple[str, int, int]]:
@@ -53,8 +51,6 @@ def main() -> None:
                     help="name=train.microbatch_tokens/eval.batch_chats, comma-separated")
     args = ap.parse_args()
 
-    import peft
-    import transformers
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
@@ -62,10 +58,7 @@ def main() -> None:
     from talktosolve.tasks import load_problems
     from talktosolve.train import train
 
-    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None, "python": platform.python_version(), "torch": torch.__version__,
-           "transformers": transformers.__version__, "peft": peft.__version__, "steps": args.steps,
-           "eval_problems": args.eval_problems, "settings": []}
+    res = {**run_facts(args.device), "steps": args.steps, "eval_problems": args.eval_problems, "settings": []}
     stand_in_rewards()
     config = AutoConfig.from_pretrained(args.model_dir)
     tok = AutoTokenizer.from_pretrained(args.model_dir)

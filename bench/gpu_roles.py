@@ -21,16 +21,14 @@ learner's worst case. Ratios are against `shared` in the same process. Prints a 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from random_model import save_random_model, stand_in_rewards
+from random_model import run_facts, save_random_model, stand_in_rewards
 
 SETTINGS = {
     "shared": {},
@@ -51,8 +49,6 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="extra SECTION.FIELD=VALUE config overrides")
     args = ap.parse_args()
 
-    import peft
-    import transformers
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
@@ -60,10 +56,7 @@ def main() -> None:
     from talktosolve.train import train
 
     gpu = args.device == "cuda"
-    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "gpu": torch.cuda.get_device_name() if gpu else None, "python": platform.python_version(),
-           "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
-           "steps_per_setting": args.steps, "settings": []}
+    res = {**run_facts(args.device), "steps_per_setting": args.steps, "settings": []}
     stand_in_rewards()
     config = AutoConfig.from_pretrained(args.model_dir)
     tok = AutoTokenizer.from_pretrained(args.model_dir)

@@ -19,6 +19,19 @@ def save_random_model(config, tokenizer, out: str, device: str = "cuda") -> str:
     return out
 
 
+def run_facts(device: str = "cuda") -> dict:
+    """What a benchmark JSON records about where it ran: the date, the GPU and the library versions."""
+    import datetime
+    import platform
+
+    import peft
+    import transformers
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+
+
 def stand_in_rewards() -> None:
     """Make every group's rewards differ, for the whole process. A random model never answers right, so every
     advantage would be 0 and the learner, which skips zero-advantage messages (`grpo`), would read nothing:

@@ -31,12 +31,14 @@ are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a
 - **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
   a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
   in front of them in the pool, and the block attends over both.
-- **Slot mode: several runs, one decode step.** With `slots=n` the engine samples with the frozen base weights
-  and holds n LoRA adapters (`store_adapter(j)` copies the model's live adapter into slot j); a call with
-  `slots=n` reads its rows as n equal blocks, block j through adapter j: each projection adds
-  `bmm(bmm(x_blocks, A), scale * B)` to the base's output (`_linear`). Decode is bound by reading the weights,
-  so one step for n runs' rows costs far less than n steps (`train.runs_per_process`, `bench/gpu_shared.py`).
-  The adapters are applied unmerged, as the learner applies them, so no merge is rounded into a weight.
+- **Slot mode: several policies, one decode step.** With `slots=n` the engine samples with the frozen base
+  weights and holds n LoRA adapters (`store_adapter(j)` copies the model's live adapter into slot j); a call
+  names each row's slot (`adapters=`, None for the base alone): each projection adds
+  `((x @ A) * mask) @ (scale * B)` to the base's output, the n adapters side by side in A and B and each row's
+  mask keeping only its own slot's columns (`_linear`), so any mix of rows (several runs' chats; a learner's
+  and its frozen base partner's) is one batch. Decode is bound by reading the weights, so one step for n
+  policies' rows costs far less than n steps (`train.runs_per_process`, `bench/gpu_shared.py`). The adapters
+  are applied unmerged, as the learner applies them, so no merge is rounded into a weight.
 
 Only models whose config says `qwen2`, `llama` or `mistral`-style attention are accepted; anything else falls
 back to `Engine` (see `make_engine`).
@@ -59,6 +61,14 @@ CPU_BUCKET = 32
 MAX_GRAPHS = 16
 GROUPS = ("qkv", "o", "gate_up", "down")
 """A layer's sampling weights: q|k|v and gate|up stacked, o and down alone (`_Fused`)."""
+
+
+def slot_mode_fits(model, kind: str = "auto") -> bool:
+    """Whether `make_engine(model, kind=kind, slots=n)` can build a slot-mode engine for this LoRA model."""
+    base = base_model(model)
+    head = base.get_output_embeddings()
+    return (getattr(base.config, "model_type", "") in SUPPORTED and kind != "portable"
+            and any(hasattr(m, "lora_A") for m in base.modules()) and not hasattr(head, "lora_A"))
 
 
 def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto",
@@ -94,15 +104,15 @@ def _rotate(x):
 
 
 def _linear(x, w, b=None, lora=None):
-    """`F.linear`, plus, in slot mode, each row block's own LoRA term. x [B, T, in]; lora (A [R, in, r],
-    B [R, r, out], the scale folded into B) or None: the batch's B rows are R equal contiguous blocks, block j
-    read through adapter j (one batched matmul pair for all blocks)."""
+    """`F.linear`, plus, in slot mode, each row's own LoRA term. x [B, T, in]; lora (A [in, n*r], B [n*r, out],
+    mask [B, 1, n*r]) or None: the n slots' adapters side by side (the scale folded into B), and per row a mask
+    that keeps only its slot's r columns (all zeros for a row of the base). One matmul pair serves every row,
+    whatever the rows' slots and however many rows each has."""
     y = F.linear(x, w, b)
     if lora is None:
         return y
-    a, b_up = lora
-    h = x.reshape(a.shape[0], -1, x.shape[-1])  # [R, B/R * T, in]
-    return y + torch.bmm(torch.bmm(h, a), b_up).view(y.shape)
+    a, b_up, mask = lora
+    return y + ((x @ a) * mask) @ b_up
 
 
 def _split(lora):
@@ -243,37 +253,39 @@ class _Fused:
 
     def make_slots(self, n: int) -> None:
         """Slot mode: the weight stays the base weight (the base's own tensor when there is one part), and room is
-        made for `n` adapters, applied per row block by `_linear`: a [n, in, r_total] holds every part's A
-        side by side, b [n, r_total, out_total] every part's scale * B in its own block (zeros elsewhere)."""
+        made for `n` adapters side by side, applied per row by `_linear`: a [in, n * rank] holds slot j's A (every
+        part's, side by side) in columns j * rank ..., b [n * rank, out] its scale * B in the same rows, each part
+        in its own output columns (zeros elsewhere)."""
         if len(self.parts) == 1:
             self.weight = self.parts[0][1].weight.detach()
         ranks = [m.lora_A[_only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
         self.a = self.b = None
+        self.rank = sum(ranks)
         if ranks:
             n_in, n_out, dt = self.weight.shape[1], self.weight.shape[0], self.weight.dtype
-            self.a = torch.zeros(n, n_in, sum(ranks), device=self.weight.device, dtype=dt)
-            self.b = torch.zeros(n, sum(ranks), n_out, device=self.weight.device, dtype=dt)
+            self.a = torch.zeros(n_in, n * self.rank, device=self.weight.device, dtype=dt)
+            self.b = torch.zeros(n * self.rank, n_out, device=self.weight.device, dtype=dt)
 
     @torch.no_grad()
     def store(self, slot: int) -> None:
         """Copy the live adapter into slot `slot` (a no-op for a group without LoRA)."""
         if self.a is None:
             return
-        row = col = 0
+        row, col = 0, slot * self.rank
         for m, base, lora in self.parts:
             n = base.weight.shape[0]
             if lora:
                 name = _only_adapter(m)
                 a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, in], [out, r]
                 r = a.shape[0]
-                self.a[slot, :, col:col + r].copy_(a.t())
-                self.b[slot, col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
+                self.a[:, col:col + r].copy_(a.t())
+                self.b[col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
                 col += r
             row += n
 
-    def slot_pair(self, n: int):
-        """The first `n` slots' (A, B) for `_linear`, or None for a group without LoRA."""
-        return None if self.a is None else (self.a[:n], self.b[:n])
+    def slot_lora(self, masks: dict):
+        """(A, B, the rows' mask for this group's rank) for `_linear`, or None for a group without LoRA."""
+        return None if self.a is None else (self.a, self.b, masks[self.rank])
 
     @torch.no_grad()
     def refresh(self):
@@ -304,10 +316,11 @@ def _only_adapter(module) -> str:
 class StaticEngine:
     """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring).
 
-    `slots` > 0 turns on slot mode, for several training runs over one frozen base: the engine samples with the
-    base weights and holds `slots` LoRA adapters, each copied in from the live adapter by `store_adapter(j)`;
-    `generate(..., slots=n)` reads the batch as n equal contiguous row blocks, block j through adapter j, so
-    the runs' chats share every decode step (`_linear`). LoRA models only."""
+    `slots` > 0 turns on slot mode, for several policies over one frozen base: the engine samples with the base
+    weights and holds `slots` LoRA adapters, each copied in from the live adapter by `store_adapter(j)`;
+    `generate(..., adapters=[...])` reads each row through the adapter its entry names (None: the base alone),
+    so several runs' chats, or a learner's and its base partner's, share every decode step (`_linear`);
+    `slots=n` is short for n equal contiguous blocks, block j through adapter j. LoRA models only."""
 
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
                  record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None,
@@ -350,10 +363,9 @@ class StaticEngine:
             if slots:
                 for key in GROUPS:
                     self.layers[-1][key].make_slots(slots)
-        self._slot_views: dict[int, list] = {}
         self._stamp = None
         self.stop = torch.tensor(self.stop_ids, device=self.device)
-        self.graphs: dict[tuple[int, int, int], dict] = {}  # (rows, KV length, slots)
+        self.graphs: dict[tuple[int, int], dict] = {}  # (rows, KV length)
         self.pool: torch.Tensor | None = None
         # torch.compile fuses each decode layer's small element-wise kernels (norms, rotary, SwiGLU), which is
         # what a launch-bound decode step is made of; one compiled layer serves all layers (same shapes).
@@ -422,13 +434,21 @@ class StaticEngine:
             for key in GROUPS:
                 layer[key].store(slot)
 
-    def _lora(self, n: int) -> list:
-        """Per layer, the (q|k|v, o, gate|up, down) slot adapters of the first `n` slots; Nones when n is 0."""
-        if not n:
+    def _lora(self, s) -> list:
+        """Per layer, the (q|k|v, o, gate|up, down) slot adapters read through the masks of state `s`'s rows;
+        Nones outside slot mode."""
+        if not self.slots:
             return [None] * len(self.layers)
-        if n not in self._slot_views:
-            self._slot_views[n] = [tuple(w[key].slot_pair(n) for key in GROUPS) for w in self.layers]
-        return self._slot_views[n]
+        return [tuple(w[key].slot_lora(s["masks"]) for key in GROUPS) for w in self.layers]
+
+    def _set_rows(self, s, adapters: list[int | None]) -> None:
+        """Write each row's slot (None: the base, no adapter) into the masks state `s`'s graph reads."""
+        onehot = torch.zeros(len(adapters), self.slots, dtype=self.embed.dtype)
+        for i, j in enumerate(adapters):
+            if j is not None:
+                onehot[i, j] = 1
+        for rank, mask in s["masks"].items():
+            mask.copy_(onehot.repeat_interleave(rank, dim=1)[:, None].to(mask.device))
 
     # --------------------------------------------------------------------------------------------- forward
     def _layer_args(self, w):
@@ -438,10 +458,10 @@ class StaticEngine:
     def _dims(self):
         return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
 
-    def _prefill(self, ids, positions, k_cache, v_cache, mask, real, slots: int = 0):
+    def _prefill(self, ids, positions, k_cache, v_cache, mask, real, s):
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
-        for i, (w, lora) in enumerate(zip(self.layers, self._lora(slots))):
+        for i, (w, lora) in enumerate(zip(self.layers, self._lora(s))):
             x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
                                **self._dims(), lora=lora)
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
@@ -496,7 +516,7 @@ class StaticEngine:
         if self.attention_kernel:  # attends over exactly the filled columns: 0..col (`upto` is implied)
             qkv, out = self._decode_halves
             filled = s["col"] + 1  # [1]
-            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s["slots"]))):
+            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s))):
                 lora_qkv, lora_out = _split(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
@@ -505,7 +525,7 @@ class StaticEngine:
         else:
             cols = slice(None, upto)
             mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
-            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s["slots"]))):
+            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s))):
                 x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
                                  s["col"], mask, **self._dims(), lora=lora)
         tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
@@ -520,14 +540,16 @@ class StaticEngine:
         s["col"].add_(1)
         s["step"].add_(1)
 
-    def _graph(self, B, L, slots: int = 0):
-        key = (B, L, slots)
+    def _graph(self, B, L):
+        key = (B, L)
         if key in self.graphs:
             return self.graphs[key]
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
-        s["graph"], s["slots"] = None, slots
+        s["graph"] = None
+        ranks = {w[key].rank for w in self.layers for key in GROUPS if self.slots and w[key].a is not None}
+        s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype) for r in ranks}
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
             self.graphs[key] = s
             return s
@@ -548,29 +570,38 @@ class StaticEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
                  generator: torch.Generator | None = None, *, capacity: int = 0,
-                 session: Session | None = None, slots: int = 0) -> list[list[int]]:
+                 session: Session | None = None, slots: int = 0,
+                 adapters: list[int | None] | None = None) -> list[list[int]]:
         """`capacity` (optional) is the least KV length to allocate: callers that want one graph shape pass it.
 
         `session` (optional): one copy's `Session`. A row whose prompt begins with the tokens the session holds
         for it (its last prompt and message) reads only the rest; the session then holds this call's rows.
 
-        `slots` (slot mode, required there): the prompts are that many equal contiguous blocks, block j sampled
-        through the adapter in slot j."""
+        Slot mode (one of the two, required there): `adapters`, one entry per prompt, the slot whose adapter
+        samples it or None for the base alone; `slots=n`, the prompts are n equal contiguous blocks, block j
+        through slot j."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        if self.slots and not (0 < slots <= self.slots and len(prompts) % slots == 0):
-            raise ValueError(f"this engine holds {self.slots} adapters: pass slots=n (1..{self.slots}) with the "
-                             f"prompts in n equal blocks ({len(prompts)} prompts, slots={slots})")
-        if slots and not self.slots:
-            raise ValueError("slots= needs an engine built in slot mode (StaticEngine(..., slots=n))")
+        if (slots or adapters is not None) and not self.slots:
+            raise ValueError("slots= and adapters= need an engine built in slot mode (StaticEngine(..., slots=n))")
+        if self.slots:
+            if slots:
+                if not (slots <= self.slots and len(prompts) % slots == 0):
+                    raise ValueError(f"this engine holds {self.slots} adapters: slots=n (1..{self.slots}) needs the "
+                                     f"prompts in n equal blocks ({len(prompts)} prompts, slots={slots})")
+                adapters = [j for j in range(slots) for _ in range(len(prompts) // slots)]
+            if adapters is None or len(adapters) != len(prompts) or any(
+                    j is not None and not 0 <= j < self.slots for j in adapters):
+                raise ValueError(f"this engine holds {self.slots} adapters: pass adapters= (one slot in 0.."
+                                 f"{self.slots - 1} or None per prompt) or slots=n with the prompts in n equal blocks")
         from talktosolve.grpo import attention_kernels
 
         with attention_kernels():
-            return self._generate(prompts, max_new_tokens, generator, capacity, session, slots)
+            return self._generate(prompts, max_new_tokens, generator, capacity, session, adapters)
 
-    def _generate(self, prompts, max_new_tokens, generator, capacity, session=None, slots=0):
+    def _generate(self, prompts, max_new_tokens, generator, capacity, session=None, adapters=None):
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)) \
             if generator is not None else None
         self.refresh()
@@ -578,7 +609,9 @@ class StaticEngine:
         B, T = len(prompts), max(len(p) for p in prompts)
         bucket = BUCKET if dev.type == "cuda" else CPU_BUCKET
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
-        s = self._graph(B, L, slots)
+        s = self._graph(B, L)
+        if self.slots:
+            self._set_rows(s, adapters)
         if seed is not None:
             # Seeded after the graph is found: capturing a new one runs warm-up steps that draw random numbers,
             # and a call must sample the same whether or not its graph was captured before.
@@ -612,7 +645,7 @@ class StaticEngine:
         causal = cols[None, :] <= query_cols[:, None]  # [S, T]
         pmask = (causal[None] & s["valid"][:, None, :T]) | (cols[None, None, :] == query_cols[None, :, None])
         pmask = pmask[:, None]  # [B, 1, S, T]
-        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool(), slots))
+        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool(), s))
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)

@@ -2,9 +2,10 @@
 
 `train.partner` names it:
 
-- `base`: the untrained base, a second copy of it. Under full fine-tuning the learner's weights move, so the
-  base must be a copy; under LoRA the learner's sampler applies its adapter to every row, so a copy (one more
-  set of base weights) is the simple way to rows without it.
+- `base`: the untrained base. Under LoRA, where the learner's sampler can run in slot mode, the partner's rows
+  are that sampler's rows with no adapter: one call a turn serves the learner's and the partner's rows
+  (`fast_engine`, `train.train_runs`). Otherwise (full fine-tuning, whose weights move; a model the static
+  engine does not support) a second copy of the base with its own sampler.
 - `snapshot`: this run's own weights as they were at the latest multiple of `train.snapshot_every` steps (the
   initial weights, which are the base's, until the first): a copy of each of the learner's sets of weights,
   overwritten at those steps (`refresh`). Its tensors go into every checkpoint, so a resumed run plays against
@@ -31,8 +32,10 @@ from talktosolve.store import read_json
 class FrozenPartner:
     """The partner's player in each seat; for a snapshot, the copies it samples from."""
 
-    def __init__(self, cfg, tokenizer, device, learners: list | None = None):
-        """`learners`: the run's `(role name, seats, model)` sets of weights (a snapshot copies them)."""
+    def __init__(self, cfg, tokenizer, device, learners: list | None = None, base_engines: dict | None = None):
+        """`learners`: the run's `(role name, seats, model)` sets of weights (a snapshot copies them);
+        `base_engines`: `{seat: the learner's slot-mode engine}`, whose base weights then play the base partner
+        (rows with no adapter) instead of a copy of the base."""
         self.kind = cfg.train.partner
         self.every = cfg.train.snapshot_every
         self.copies: list[tuple[str, object, object]] = []  # (role name, learner model, its frozen copy)
@@ -40,6 +43,9 @@ class FrozenPartner:
         by_weights: dict = {}
         seats = cfg.chat.seats
         for seat in seats:
+            if base_engines is not None:
+                self.players[seat] = Player(base_engines[seat], tokenizer, "partner-base", adapter=None)
+                continue
             if self.kind == "base":
                 key = None
             elif self.kind == "snapshot":

@@ -9,8 +9,9 @@ caller does (`reward.score_chats`), so the sampler never sees a reward.
 
 Chats of one batch may seat different players (a *lineup* per chat: in partner-mixture training some chats
 seat a frozen partner where the others seat the learner). Each turn, the chats are grouped by their speaker's
-player, and each group is one batched call through that player; each (seat, player) keeps its own KV session,
-since a chat's lineup is the same at every turn.
+player, and each group is one batched call through that player; players of one slot-mode engine (several
+runs' adapters, or an adapter and the base) are one group, each row through its own slot. Each (seat, group)
+keeps its own KV session, since a chat's lineup is the same at every turn.
 
 A replay (`Prefix`) starts each chat from recorded messages instead of turn 0, optionally showing partners
 something else in place of some of them (an ablation), and samples the turns after them with the same seeds the
@@ -105,9 +106,10 @@ class Player:
     engine: object
     tokenizer: object
     name: str = "policy"
-    slots: int = 0
-    """Slot mode (`StaticEngine(..., slots=n)`): the chats are this many equal blocks, block j sampled through
-    the adapter in the engine's slot j (several training runs sharing decode steps). 0: one model for all."""
+    adapter: int | None = None
+    """On a slot-mode engine (`StaticEngine(..., slots=n)`), the slot whose adapter this player samples with
+    (None: the engine's base weights alone). Players of one slot-mode engine are sampled together, one call
+    for all their rows of a turn."""
 
 
 @dataclass
@@ -198,12 +200,12 @@ def play_chats(problems: list, arm: Arm | list[Arm], players: Lineup | list[Line
                 c.turns.append(Turn(speaker, [], [], prefix.messages[turn], v, False))
             continue
         generator = None
-        for player, rows in _groups(lineups, speaker):
+        for key, players, rows in _groups(lineups, speaker):
             if generator is None:
-                device = getattr(player.engine, "device", torch.device("cpu"))
+                device = getattr(players[0].engine, "device", torch.device("cpu"))
                 generator = torch.Generator(device=device).manual_seed(_turn_seed(seed, turn))
-            session = sessions.setdefault((speaker, id(player)), Session())
-            _play_turn(player, [chats[i] for i in rows], rows, turn, speaker, protocol, chat, session,
+            session = sessions.setdefault((speaker, key), Session())
+            _play_turn(players, [chats[i] for i in rows], rows, turn, speaker, protocol, chat, session,
                        earlier[speaker], generator)
         if progress is not None:
             progress(turn)
@@ -226,25 +228,31 @@ def _check_prefixes(prefixes: list[Prefix] | None, n_chats: int, protocol: Proto
     return k
 
 
-def _groups(lineups: list[Lineup], speaker: str) -> list[tuple[Player, list[int]]]:
-    """The chats (their indices) whose `speaker` seat each player plays, in the order of their first chat."""
-    out: dict[int, tuple[Player, list[int]]] = {}
+def _groups(lineups: list[Lineup], speaker: str) -> list[tuple[int, list[Player], list[int]]]:
+    """The batched calls of a turn, in the order of their first chat: (key, each chat's player, the chats'
+    indices). A call is one player's chats, or every chat whose player is on one slot-mode engine."""
+    out: dict[int, tuple[int, list[Player], list[int]]] = {}
     for i, lineup in enumerate(lineups):
         player = lineup[speaker]
-        out.setdefault(id(player), (player, []))[1].append(i)
+        key = id(player.engine) if getattr(player.engine, "slots", 0) else id(player)
+        group = out.setdefault(key, (key, [], []))
+        group[1].append(player)
+        group[2].append(i)
     return list(out.values())
 
 
-def _play_turn(player: Player, chats: list[Chat], rows: list[int], turn: int, speaker: str, protocol: Protocol,
-               chat: ChatConfig, session: Session, earlier: list, generator) -> None:
-    """One turn of `chats` (the rows `rows` of the batch), all spoken by `player`: sampled in one call."""
+def _play_turn(players: list[Player], chats: list[Chat], rows: list[int], turn: int, speaker: str,
+               protocol: Protocol, chat: ChatConfig, session: Session, earlier: list, generator) -> None:
+    """One turn of `chats` (the rows `rows` of the batch), chat k spoken by `players[k]`, who share one engine
+    (one player, or players of one slot-mode engine): sampled in one call."""
+    player = players[0]
     views = [view(c.seats[speaker], turn, c.seen_by(speaker, protocol), c.arm, protocol, chat) for c in chats]
     rendered, prompts = _encode(player.tokenizer, views, [earlier[i] for i in rows])
     limit = protocol.max_tokens(turn)
     last = turn == protocol.last_turn(speaker)
     session.keep = not last  # after its last turn a seat reads nothing more
     _check_length(player, prompts, limit, turn)
-    slots = {"slots": player.slots} if player.slots else {}
+    slots = {"adapters": [p.adapter for p in players]} if getattr(player.engine, "slots", 0) else {}
     completions = player.engine.generate(prompts, limit, generator, session=session, **slots)
     stops = set(player.engine.stop_ids)
     texts = player.tokenizer.batch_decode(completions, skip_special_tokens=True)

@@ -348,6 +348,31 @@ def test_slot_mode_samples_each_block_through_its_own_adapter_cpu():
     check_slots(_lora_model(), "cpu", atol=1e-4)
 
 
+def test_slot_mode_samples_any_mix_of_rows_each_through_its_slot_or_the_base_cpu():
+    model = _lora_model()
+    vocab = model.config.vocab_size
+    batch = prompts(vocab, [5, 9, 6, 7, 4, 8], seed=3)
+    adapters = [1, None, 0, 1, None, 0]  # interleaved, unequal counts, base rows among them
+    slot = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True, slots=2)
+    weights = {}
+    for j in (0, 1):
+        _set_adapter_weights(model, j)
+        slot.store_adapter(j)
+        weights[j] = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True)
+        weights[j] = weights[j].generate(batch, 9)
+    with torch.no_grad():  # B = 0: the merged weights are the base's
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.zero_()
+    weights[None] = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True
+                                 ).generate(batch, 9)
+    got = slot.generate(batch, 9, adapters=adapters)
+    assert got == [weights[j][i] for i, j in enumerate(adapters)]
+    assert len({tuple(weights[j][0]) for j in (0, 1, None)}) == 3, "the three policies must differ"
+    with pytest.raises(ValueError, match="adapters="):
+        slot.generate(batch, 9, adapters=[0, 1, 2, 0, 1, 0])  # no slot 2
+
+
 def test_slot_mode_refuses_what_it_cannot_do():
     engine = StaticEngine(_lora_model(), stop_ids=[96], pad_id=0, slots=2)
     batch = prompts(97, [4, 5, 6])

@@ -47,11 +47,13 @@ def check_natural_stops(device, slots=0, **engine_options):
     for j in range(slots):  # adapters small enough that the base still ends its messages, large enough to differ
         _set_adapter_weights(model, 20 + j, scale=0.05)
         engine.store_adapter(j)
-    player = Player(engine, tok, slots=slots)
     protocol = protocol_of(chat)
-    chats = play_chats(make_problems("test", 8, seed=0), ARMS["chat"], {s: player for s in protocol.seats}, protocol,
-                       chat, chats_per_problem=1, seed=0)
-    block = len(chats) // max(slots, 1)
+    problems = make_problems("test", 8, seed=0)
+    block = len(problems) // max(slots, 1)
+    # With slots, chat i is played through slot i // block: every turn of all of them is one engine call.
+    players = [Player(engine, tok, adapter=j if slots else None) for j in range(max(slots, 1))]
+    lineups = [{s: players[i // block] for s in protocol.seats} for i in range(len(problems))]
+    chats = play_chats(problems, ARMS["chat"], lineups, protocol, chat, chats_per_problem=1, seed=0)
     uneven = 0
     for j in range(0, len(chats), block):
         if slots:
