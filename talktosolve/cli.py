@@ -40,6 +40,14 @@ def _seat_player(text: str) -> tuple[str, str]:
     return seat, _checked(check_player)(path)
 
 
+def _seat_role(text: str) -> tuple[str, str]:
+    """`--role SEAT=ROLE` as (seat, the seat whose per-role weights play it)."""
+    seat, sep, role = text.partition("=")
+    if not sep or not seat or not role:
+        raise argparse.ArgumentTypeError(f"`{text}`: expected SEAT=ROLE, e.g. --role A=B --role B=A (a role swap)")
+    return seat, role
+
+
 def _checked(check, **kwargs):
     """An argparse type: the path as given, once `check` (a `talktosolve.folders` check) accepts it."""
     def parse(text: str) -> str:
@@ -138,7 +146,8 @@ def cmd_eval(args) -> int:
     _, test_set, _ = load_problems(cfg, out / "data")
     seats = {"A": args.a, "B": args.b, **dict(args.seat or [])}
     seats = {seat: path for seat, path in seats.items() if path is not None}
-    summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, progress=not args.quiet)
+    summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, roles=dict(args.role or []) or None,
+                       progress=not args.quiet)
     talk = summary["talk"]
     by_seat = ", ".join(f"{seat} {acc:.3f}" for seat, acc in summary["acc"].items())
     print(f"accuracy {summary['accuracy']:.3f} ({by_seat}) over "
@@ -280,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seat", action="append", metavar="SEAT=FOLDER", type=_seat_player,
                    help="any seat of the protocol played by a run or adapter folder, e.g. --seat C=runs/x "
                         "(repeatable; seats not given are the untrained base)")
+    p.add_argument("--role", action="append", metavar="SEAT=ROLE", type=_seat_role,
+                   help="for a run with per-role weights (model.adapters=per_role): the seat whose weights play "
+                        "SEAT, e.g. --role A=B --role B=A (a role swap; repeatable; default: each seat its own)")
     p.add_argument("--arm", choices=list(ARMS), default="chat")
     p.add_argument("--out", required=True, type=_checked(check_output, kind="eval"), help="output folder")
     p.set_defaults(fn=cmd_eval)

@@ -468,7 +468,8 @@ def validate(cfg: Config) -> None:
                             "not support; set train.runs_per_process=1.")
     if not 0 <= t.partners <= 1:
         problems.append(f"train.partners is {t.partners}; it is a share of each step's problems, from 0 to 1.")
-    for where, value in [("train.partner", t.partner), ("variant.partner", cfg.variant.partner or t.partner)]:
+    for where, value in [("train.partner", t.partner)] + ([("variant.partner", cfg.variant.partner)]
+                                                           if cfg.variant.partner else []):
         if value not in ("base", "snapshot") and not Path(value).expanduser().is_dir():
             problems.append(f"{where} is `{value}`: neither base, snapshot nor a folder of trained weights (a run "
                             "folder or an adapter folder).")

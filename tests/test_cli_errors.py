@@ -65,6 +65,8 @@ CASES = [
     ("train", "unknown key", "--arm chat --out {new} --bogus"),
     ("train", "empty folder", "--arm chat --out {new} --gsm8k {empty}"),
     ("train", "another command's folder", "--arm chat --out {eval}"),
+    ("train", "missing path", "--arm chat --out {new} --set train.partners=0.5 --set train.partner={missing}"),
+    ("train", "unknown key", "--arm chat --out {new} --set model.adapters=each"),
     ("train", "another command's folder", "--arm chat --out {recipe}"),
     ("train", "another command's folder", "--arm chat --out {new} --gsm8k {run}"),
     ("train", "another command's folder", "--arm chat --out {new} --preset {run}/config.json"),
@@ -87,6 +89,8 @@ CASES = [
     ("eval", "another command's folder", "--a {unfinished} --out {new}"),
     ("eval", "another command's folder", "--a {model} --out {new}"),
     ("eval", "another command's folder", "--a {run} --out {run}"),
+    ("eval", "wrong type", "--a {run} --role A --out {new}"),
+    ("eval", "unknown key", "--a {run} --role A=C --out {new}"),
 
     ("compare", "missing path", "--chat {missing} --cut {eval_cut}"),
     ("compare", "missing argument", "--chat {eval}"),

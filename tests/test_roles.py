@@ -122,6 +122,10 @@ def test_a_per_role_run_keeps_one_set_of_weights_per_seat_and_resumes_exactly(tm
     key = next(k for k in a if not torch.equal(a[k], b[k]))
     assert torch.equal(weights(players["A"])[key], a[key]) and torch.equal(weights(players["B"])[key], b[key])
     assert torch.equal(weights(swapped["A"])[key], b[key]) and torch.equal(weights(swapped["B"])[key], a[key])
+    swap = tmp_path / "swap"
+    assert main(["eval", "--preset", "tiny", "--a", str(whole), "--b", str(whole), "--role", "A=B", "--role", "B=A",
+                 "--out", str(swap), "--quiet"]) == 0
+    assert json.loads((swap / "summary.json").read_text())["roles"] == {"A": "B", "B": "A"}
 
 
 def test_per_role_weights_must_name_the_seat_they_play(tmp_path):
