@@ -178,8 +178,9 @@ class EvalConfig:
     influence: bool = False
     """Recipe: after the evaluations, replay each team evaluation (the untrained team and every trained run, in
     its own arm) with one message at a time ablated, and report each message's influence on its listeners
-    (`talktosolve.influence`). On in the micro presets; it costs, per replayed chat, (1 + ablations) x the turns
-    after each message, and the recipe prints its estimate before it runs."""
+    (`talktosolve.influence`). On in the micro, micro-partners, micro-partners-all, micro-roles, tiny and tiny-3
+    presets; it costs, per replayed chat, (1 + ablations) x the turns after each message, and the recipe prints
+    its estimate before it runs."""
     influence_problems: int = 100
     """Replays cover the first n evaluation problems (every chat of each)."""
     influence_kinds: tuple[str, ...] = ("remove", "replace", "renumber")
