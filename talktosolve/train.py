@@ -236,7 +236,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                            kind=cfg.chat.engine, slots=len(pending) if shared else int(base_rows)) for m in models]
     for m, engine in zip(models, engines):
         compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
-    # Each seat's learner (the shared one in every seat); runs sharing a process make theirs each step.
+    # Each seat's learner (the shared one in every seat); runs sharing a process seat theirs each step.
     learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if base_rows else None)
                 for (name, seats), engine in zip(roles, engines) for seat in seats}
     partner = (FrozenPartner(cfg, tokenizer, device, [(r.name, r.seats, r.model) for r in pending[0].roles],
@@ -263,21 +263,21 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                     engines[0].store_adapter(slot)
                     players.append(Player(engines[0], tokenizer, f"policy-{slot}", slot))
                 # Each run's chats through its own slot, all in one call a turn.
-                learners = [{seat: players[j] for seat in protocol.seats}
-                            for j, b in enumerate(batches) for _ in range(len(b) * t.chats_per_problem)]
+                seating = [{seat: players[j] for seat in protocol.seats}
+                           for j, b in enumerate(batches) for _ in range(len(b) * t.chats_per_problem)]
                 seed = _shared_seed([run.seed for run in active], step)
             else:
                 if base_rows:  # the slot engines sample from slot 0, not the live weights: store this step's
                     for engine in engines:
                         engine.store_adapter(0)
+                seating = learners
                 seed = active[0].seed * 100_003 + step + rank * 1_000_000_007
             # Runs sharing a process never have partners (config.validate), so this is one run's step.
             frozen = distributed.shard(partner_seats(active[0].seed, step, t.problems_per_step, t.partners,
                                                      protocol.seats), rank, size) if partner else None
             if partner is not None:
                 partner.refresh(step)
-            seating = (learners if partner is None else
-                       lineups(frozen, t.chats_per_problem, protocol.seats, learners, partner.players))
+                seating = lineups(frozen, t.chats_per_problem, protocol.seats, learners, partner.players)
             chats = play_chats([p for b in batches for p in b],
                                [ARMS[run.arm] for run, b in zip(active, batches) for _ in b],
                                seating, protocol, cfg.chat, chats_per_problem=t.chats_per_problem, seed=seed)
