@@ -60,20 +60,21 @@ def eval_key(cfg: Config, arm: str, seats: dict[str, str | None], roles: dict[st
     # How the runs were trained is in their keys; an evaluation's own model section is only the base's.
     model = {k: v for k, v in d["model"].items() if k != "adapters"}
     return config_key({"model": model, "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
-                       "seats": {seat: _weights_key(path, (roles or {}).get(seat, seat))
+                       "seats": {seat: weights_key(path, (roles or {}).get(seat, seat))
                                  for seat, path in seats.items()}})
 
 
-def _weights_key(path: str | None, role: str) -> str | None:
-    """A player's identity: the base, or the config key of the run whose weights it is (with the role it
-    plays, for a run with per-role weights), else the weights folder's path."""
+def weights_key(path: str | None, role: str | None = None) -> str | None:
+    """A player's identity: the base (None), or the config key of the run whose weights it is (with the role it
+    plays, when given, for a run with per-role weights), else the weights folder's resolved path; so a moved
+    folder of the same run is the same player."""
     if path is None:
         return None
-    done = Path(path) / "done.json"
+    done = Path(path).expanduser() / "done.json"
     if not done.exists():
-        return str(Path(path).resolve())
+        return str(Path(path).expanduser().resolve())
     record = read_json(done)
-    return f"{record['key']} {role}" if "roles" in record else record["key"]
+    return f"{record['key']} {role}" if "roles" in record and role is not None else record["key"]
 
 
 def is_current(out_dir: Path, key: str) -> bool:

@@ -434,12 +434,12 @@ class StaticEngine:
             for key in GROUPS:
                 layer[key].store(slot)
 
-    def _lora(self, s) -> list:
-        """Per layer, the (q|k|v, o, gate|up, down) slot adapters read through the masks of state `s`'s rows;
-        Nones outside slot mode."""
+    def _lora(self, masks: dict) -> list:
+        """Per layer, the (q|k|v, o, gate|up, down) slot adapters read through `masks` (a graph state's, one
+        per rank); Nones outside slot mode."""
         if not self.slots:
             return [None] * len(self.layers)
-        return [tuple(w[key].slot_lora(s["masks"]) for key in GROUPS) for w in self.layers]
+        return [tuple(w[key].slot_lora(masks) for key in GROUPS) for w in self.layers]
 
     def _set_rows(self, s, adapters: list[int | None]) -> None:
         """Write each row's slot (None: the base, no adapter) into the masks state `s`'s graph reads."""
@@ -461,7 +461,7 @@ class StaticEngine:
     def _prefill(self, ids, positions, k_cache, v_cache, mask, real, s):
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
-        for i, (w, lora) in enumerate(zip(self.layers, self._lora(s))):
+        for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
             x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
                                **self._dims(), lora=lora)
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
@@ -516,7 +516,7 @@ class StaticEngine:
         if self.attention_kernel:  # attends over exactly the filled columns: 0..col (`upto` is implied)
             qkv, out = self._decode_halves
             filled = s["col"] + 1  # [1]
-            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s))):
+            for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 lora_qkv, lora_out = _split(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
@@ -525,7 +525,7 @@ class StaticEngine:
         else:
             cols = slice(None, upto)
             mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
-            for i, (w, lora) in enumerate(zip(self.layers, self._lora(s))):
+            for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
                                  s["col"], mask, **self._dims(), lora=lora)
         tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
@@ -550,6 +550,7 @@ class StaticEngine:
         s["graph"] = None
         ranks = {w[key].rank for w in self.layers for key in GROUPS if self.slots and w[key].a is not None}
         s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype) for r in ranks}
+        s["lora"] = self._lora(s["masks"])  # built once per state: prefill and every decode step read it
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
             self.graphs[key] = s
             return s

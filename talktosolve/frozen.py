@@ -19,14 +19,13 @@ Which chats seat the partner, and in which seat, is `partners.py`'s (pure); this
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import torch
 
+from talktosolve.evaluate import weights_key
 from talktosolve.fast_engine import make_engine
 from talktosolve.policy import load_base, load_player_model, stop_ids, trained_weights
 from talktosolve.rollout import Player
-from talktosolve.store import read_json
 
 
 class FrozenPartner:
@@ -100,9 +99,6 @@ class FrozenPartner:
 
 
 def partner_key(partner: str) -> str:
-    """What identifies a partner in a run's key: `base`, `snapshot`, or the config key of the run it is (else
-    its resolved path), so a moved folder of the same run is the same partner."""
-    if partner in ("base", "snapshot"):
-        return partner
-    done = Path(partner).expanduser() / "done.json"
-    return read_json(done)["key"] if done.exists() else str(Path(partner).expanduser().resolve())
+    """What identifies a partner in a run's key: `base`, `snapshot`, or the folder's identity as an evaluation
+    names its players (`evaluate.weights_key`: the run's config key, else its resolved path)."""
+    return partner if partner in ("base", "snapshot") else weights_key(partner)
