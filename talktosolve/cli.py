@@ -1,4 +1,4 @@
-"""The command line: `talktosolve data | train | eval | compare | recipe | micro-base`.
+"""The command line: `talktosolve data | train | eval | compare | influence | recipe | diagnose | micro-base`.
 
 Every command that runs models takes `--preset NAME` (data in talktosolve/presets/) and any number of
 `--set section.field=value` overrides; the resolved config is written into the output folder.
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from talktosolve.arms import ARMS
 from talktosolve.config import ConfigError, make_config, parse_overrides, preset_names
-from talktosolve.folders import FolderError, check_evaluation, check_output, check_player, check_source
+from talktosolve.folders import (FolderError, check_diagnosable, check_evaluation, check_output, check_player,
+                                 check_source)
 
 
 class UsageError(Exception):
@@ -236,6 +237,18 @@ def cmd_recipe(args) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    from talktosolve.diagnose import table, write_diagnosis
+
+    found = write_diagnosis(Path(args.folder), bins=args.bins)
+    if not found["runs"] and not found["evals"]:
+        raise UsageError(f"{args.folder} holds no training transcripts or evaluation chats yet; give a run, an "
+                         "evaluation or a recipe folder that has run.")
+    print(table(found))
+    print(f"wrote {Path(args.folder) / 'diagnosis.json'}")
+    return 0
+
+
 def cmd_micro_base(args) -> int:
     from talktosolve.micro.base import micro_base_path, pretrain
 
@@ -317,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, "micro")
     p.add_argument("--out", type=_checked(check_output, kind="recipe"), help="output folder (default: runs/PRESET)")
     p.set_defaults(fn=cmd_recipe)
+
+    p = sub.add_parser("diagnose", help="why a run is or is not learning: boxed answers, groups with a signal, "
+                                        "message lengths, over training steps and per evaluation")
+    p.add_argument("folder", type=_checked(check_diagnosable), help="a run, evaluation or recipe folder")
+    p.add_argument("--bins", type=_whole(1), default=4, help="spans of training steps to report (default 4)")
+    p.set_defaults(fn=cmd_diagnose)
 
     p = sub.add_parser("micro-base", help="pretrain (or locate) the micro world's base model")
     p.add_argument("--out", type=_checked(check_output, kind="model"),

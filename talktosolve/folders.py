@@ -120,6 +120,16 @@ def check_evaluation(path: str | Path) -> Path:
     return path
 
 
+def check_diagnosable(path: str | Path) -> Path:
+    """A folder `talktosolve diagnose` reads: a training run, an evaluation or a recipe."""
+    path = _existing_folder(Path(path))
+    found = folder_kind(path)
+    if found not in ("run", "eval", "recipe"):
+        what = KINDS[found] if found else "no run, evaluation or recipe"
+        raise FolderError(f"{path} is {what}; give a folder written by `talktosolve train`, `eval` or `recipe`.")
+    return path
+
+
 def check_source(path: str | Path, *, built: bool) -> Path:
     """A GSM8K source: a .jsonl/.parquet file or a folder of them; `built` also accepts problems written by
     `talktosolve data`. The files inside are checked where they are read (`talktosolve.data`)."""

@@ -266,7 +266,7 @@ def check_cli(argv: list[str], fragment: bool = False, placeholders: frozenset =
     # A page's paths are the reader's (`path/to/gsm8k`, `runs/x`): the parser's folder checks, which look at the
     # disk, are stood in for by ones that accept any path; options, types, presets and config keys stay checked.
     anything = {name: (lambda path, **kw: Path(path)) for name in
-                ("check_source", "check_player", "check_evaluation", "check_output")}
+                ("check_source", "check_player", "check_evaluation", "check_output", "check_diagnosable")}
     with mock.patch.multiple(cli, **anything):
         parser = _relax(cli.build_parser()) if fragment else cli.build_parser()
     try:

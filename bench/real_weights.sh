@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The paper recipe on real weights (Qwen2.5-Coder-0.5B-Instruct, a tied GGUF file) on a GPU machine reached only
+# through calls of limited size: the file travels in pieces, one per call, and the run outlives the calls.
+#
+#   bash bench/real_weights.sh take .gguf/piece.a     # once per piece, in order (each call copies one to /tmp)
+#   bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]  # join, check, convert once, start detached
+#   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
+#   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
+#   bash bench/real_weights.sh pack DEST [all]        # results, report, plots, logs (no weights) as one tar
+#
+# The run is `talktosolve recipe --preset paper` with the model and GSM8K folder below and six runs per process.
+# Run again after an interruption, `start` resumes the same folder (the recipe is resumable step by step).
+set -euo pipefail
+WORK=${WORK:-/tmp/real}
+RUN=${RUN:-$WORK/paper}
+GSM8K=${GSM8K:-.gpu/gsm8k}
+mkdir -p "$WORK"
+
+case "${1:-}" in
+take)
+    cp "$2" "$WORK/$(basename "$2")"
+    ls -l "$WORK"
+    ;;
+start)
+    sha=$2; shift 2
+    if [ ! -f "$WORK/model/config.json" ]; then
+        cat "$WORK"/piece.* > "$WORK/tied.gguf"
+        python3 bench/gguf_to_folder.py "$WORK/tied.gguf" "$WORK/model" --sha256 "$sha" 2>&1 | grep -v '%|'
+        rm -f "$WORK"/piece.* "$WORK/tied.gguf"
+    fi
+    [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
+    setsid nohup python3 -m talktosolve.cli recipe --preset paper --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
+        --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
+        >>"$WORK/recipe.log" 2>&1 < /dev/null &
+    echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"
+    ;;
+poll)
+    date -u +%H:%M:%S
+    grep -v -i -E 'warn|^\s*$' "$WORK/recipe.log" | tail -n 8 || true
+    RUN=$RUN python3 - <<'PY'
+import glob, json, os
+for m in sorted(glob.glob(os.environ["RUN"] + "/runs/*/metrics.jsonl")):
+    rows = [json.loads(line) for line in open(m)]
+    if rows:
+        r = rows[-1]
+        keep = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
+                if k in ("step", "train/reward", "talk/send", "talk/use", "perf/seconds", "perf/skipped",
+                         "perf/samples", "perf/peak_gpu_gb") or k.startswith("train/")}
+        print(os.path.basename(os.path.dirname(m)), json.dumps(keep))
+PY
+    ls "$RUN/evals" 2>/dev/null | tr '\n' ' '; echo
+    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader || true
+    ;;
+interrupt)
+    # A lease can end mid-run: kill the recipe once every run has written checkpoint step-$2, then start it again.
+    step=$(printf '%06d' "$2")
+    until [ "$(ls -d "$RUN"/runs/*/checkpoints/step-"$step" 2>/dev/null | wc -l)" -ge 6 ]; do sleep 2; done
+    sleep 1
+    pkill -9 -f 'talktosolve.cli recipe' && echo "killed at $(date -u +%H:%M:%S) after step $2" | tee -a "$WORK/starts.log"
+    sleep 2
+    ;;
+pack)
+    # $2: the tar to write; $3 (optional) "all" adds the transcripts and chats for diagnosis.
+    skip=(--exclude='*.safetensors' --exclude='*.pt' --exclude='checkpoints' --exclude='final')
+    [ "${3:-}" = all ] || skip+=(--exclude='transcripts.jsonl' --exclude='chats.jsonl')
+    tar -C "$RUN" "${skip[@]}" -czf "$2" . -C "$WORK" recipe.log starts.log
+    ls -l "$2"
+    ;;
+*)
+    echo "usage: bash bench/real_weights.sh take PIECE | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all]" >&2
+    exit 2
+    ;;
+esac
