@@ -11,7 +11,6 @@ a run on the file would.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -20,14 +19,7 @@ import torch
 
 from talktosolve.config import ModelConfig
 from talktosolve.policy import load_base, load_tokenizer, stop_ids
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
+from talktosolve.smollm2 import sha256
 
 
 def main() -> None:

