@@ -275,11 +275,10 @@ def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] |
     trained weights of the group in a slot (the base seats read none), or, when no seat is trained, one plain
     engine for all. None when the weights cannot share one engine: not LoRA adapters, adapters of other shapes
     (rank, alpha, targets), or an architecture the static engine lacks."""
-    weights = []
-    for s in group:
-        for seat, path in s.seats.items():
-            if path is not None and trained_weights(path, s.roles.get(seat, seat)) not in weights:
-                weights.append(trained_weights(path, s.roles.get(seat, seat)))
+    # Each team's seats as weights folders (None: the base); the distinct ones in order of first use.
+    seated = [{seat: None if path is None else trained_weights(path, s.roles.get(seat, seat))
+               for seat, path in s.seats.items()} for s in group]
+    weights = list(dict.fromkeys(w for lineup in seated for w in lineup.values() if w is not None))
     if not weights:
         players = load_players(cfg, {seat: None for seat in group[0].seats})
         return [players for _ in group]
@@ -302,8 +301,7 @@ def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] |
         engine.store_adapter(j)
     players = {w: Player(engine, tokenizer, f"slot-{j}", j) for j, w in enumerate(weights)}
     base = Player(engine, tokenizer, "base", None)
-    return [{seat: base if path is None else players[trained_weights(path, s.roles.get(seat, seat))]
-             for seat, path in s.seats.items()} for s in group]
+    return [{seat: base if w is None else players[w] for seat, w in lineup.items()} for lineup in seated]
 
 
 def _adapter_shape(weights: Path) -> tuple | None:
