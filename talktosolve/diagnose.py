@@ -67,8 +67,8 @@ def training_figures(chats: list[dict], bins: int = 4) -> dict:
         spans[index[c["step"]]].append(c)
 
     def figures(part: list[dict]) -> dict:
-        part = sorted(part, key=lambda c: c["step"])
-        return {"steps": [part[0]["step"], part[-1]["step"]], **chat_figures(part), "signal": signal(part)}
+        taken = [c["step"] for c in part]
+        return {"steps": [min(taken), max(taken)], **chat_figures(part), "signal": signal(part)}
 
     return {**figures(chats), "bins": [figures(part) for part in spans if part]}
 

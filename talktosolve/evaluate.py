@@ -127,10 +127,11 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     """Evaluate the team whose seat s is played by `seats[s]` (a run or adapter folder; None or absent: the
     untrained base) in `arm`; returns the summary. `roles[s]`: which seat's weights of a run with per-role
     weights play seat s (absent: its own; `{"A": "B", "B": "A"}` swaps the roles)."""
-    seated = _seat(cfg, protocol_of(cfg.chat), Team(Path(out_dir), arm, seats, roles, label))
+    protocol = protocol_of(cfg.chat)
+    seated = _seat(cfg, protocol, Team(Path(out_dir), arm, seats, roles, label))
     if is_current(seated.team.out_dir, seated.key):
         return _current(seated)
-    return _evaluate_alone(cfg, problems, seated, progress)
+    return _evaluate_alone(cfg, problems, seated, protocol, progress)
 
 
 def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: bool = True) -> list[dict]:
@@ -155,7 +156,7 @@ def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: 
         lineups = slot_lineups(cfg, [seated[i] for i in group]) if len(group) > 1 else None
         if lineups is None:
             for i in group:
-                summaries[i] = _evaluate_alone(cfg, problems, seated[i], progress)
+                summaries[i] = _evaluate_alone(cfg, problems, seated[i], protocol, progress)
         else:
             for i, summary in zip(group, _evaluate_together(cfg, problems, [seated[i] for i in group], lineups,
                                                             protocol, progress)):
@@ -183,11 +184,10 @@ def _current(seated: _Seated) -> dict:
     return {**read_json(seated.team.out_dir / "summary.json"), **seated.named}
 
 
-def _evaluate_alone(cfg: Config, problems: list, seated: _Seated, progress: bool) -> dict:
+def _evaluate_alone(cfg: Config, problems: list, seated: _Seated, protocol: Protocol, progress: bool) -> dict:
     """One team, with its own engines (one per distinct model)."""
     from tqdm.auto import tqdm
 
-    protocol = protocol_of(cfg.chat)
     e = cfg.eval
     problems = problems[: e.n_problems]
     players = load_players(cfg, seated.seats, seated.roles)
