@@ -9,9 +9,14 @@ forced to their maximum lengths (160/160/384/384). Measured in one process, side
   steps          the real train loop, paper preset, --steps steps: `train` of one run, then `train_runs` of
                  --runs runs (chat and cut arms, seeds 0, 1, ...) sharing every decode step; steady state = the
                  median of the steps after the first; a shared step's time is the sum of its runs' perf/seconds
-                 (the shared sampling once, each run's learning)
-  eval           one paper-preset evaluation (300 problems x 2 chats, the preset's batch), after a warm-up one
-  projection     the paper recipe's GPU-minutes (6 runs x 80 steps + 14 evaluations) either way
+                 (the shared sampling once, each run's learning); the shared step again with every row reading
+                 its whole prompt (`StaticEngine.share_prefixes` off: no run of tokens read once for a group)
+  eval           one paper-preset evaluation (300 problems x 2 chats, the preset's batch), after a warm-up one,
+                 with shared runs read once and with whole prompts
+  evaluations    the recipe's evaluation stage over the --runs runs just trained (when they are the recipe's six),
+                 `eval.batch_evals` --batch-evals, timed whole (report and plots included)
+  projection     the paper recipe's GPU-minutes either way: one run at a time, 6 x 80 steps plus its evaluations
+                 one at a time (each as `eval`); runs per process, 80 shared steps plus the evaluation stage
 
 Prints a table and writes JSON (date, GPU, library versions). `--device cpu` with a tiny config folder and
 `--set` overrides is a smoke run of the script itself.
@@ -90,6 +95,11 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-eval", action="store_true")
+    ap.add_argument("--batch-evals", type=int, default=6, help="eval.batch_evals of the timed evaluation stage")
+    ap.add_argument("--skip-one-run", action="store_true", help="time only the shared steps (no one-run baseline)")
+    ap.add_argument("--evaluations-from", default="",
+                    help="with --skip-eval: take the evaluation stage's time for the projection from this "
+                         "bench/gpu_evals_together.py JSON (its `together` stage), measured on the same GPU")
     ap.add_argument("--set", action="append", default=[], help="config override, a.b=value (for a smoke run)")
     args = ap.parse_args()
 
@@ -101,6 +111,7 @@ def main():
     from talktosolve.evaluate import evaluate
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.policy import make_trainable
+    from talktosolve.recipe import run_recipe
     from talktosolve.store import read_jsonl
     from talktosolve.tasks import load_problems
     from talktosolve.train import train_runs
@@ -162,16 +173,21 @@ def main():
                                parse_overrides(args.set))
         arms = [("chat", "cut")[j % 2] for j in range(args.runs)]
         res["steps"] = {}
-        for name, k in (("one_run", 1), ("shared", args.runs)):
+        stages = [("one_run", 1, True)] * (not args.skip_one_run) + [("shared", args.runs, True),
+                                                                      ("shared_whole_prompts", args.runs, False)]
+        for name, k, share in stages:
             cfg = make_config("paper", merge_overrides(base, {"train": {"runs_per_process": k}}))
             train_set, test_set, _ = load_problems(cfg, Path(tmp) / "data")
-            runs = [(arms[j], j // 2, Path(tmp) / name / f"run-{j}") for j in range(k)]
+            # The recipe's folder layout, so that its evaluation stage below finds the shared stage's runs done.
+            runs = [(arms[j], j // 2, Path(tmp) / name / "runs" / f"{arms[j]}-s{j // 2}") for j in range(k)]
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
+            StaticEngine.share_prefixes = share
             t0 = time.perf_counter()
             train_runs(cfg, runs, train_set, progress=False)
             wall = time.perf_counter() - t0
+            StaticEngine.share_prefixes = True
             metrics = [m for *_, d in runs for m in read_jsonl(d / "metrics.jsonl")]
             row = {"runs": k, "wall_seconds_incl_load": wall, **steady(metrics, k)}
             res["steps"][name] = row
@@ -182,39 +198,74 @@ def main():
             cfg = make_config("paper", over)
             warm = make_config("paper", merge_overrides(over, {"eval": {"n_problems": cfg.eval.batch_chats // 2}}))
             evaluate(warm, test_set, Path(tmp) / "eval-warm", progress=False)
-            if cuda:
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            summary = evaluate(cfg, test_set, Path(tmp) / "eval", progress=False)
-            res["eval"] = {"batch_chats": cfg.eval.batch_chats, "chats": summary["n_chats"],
-                           "seconds": time.perf_counter() - t0,
-                           "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
-            save()
-            print("eval", res["eval"], flush=True)
-    one, shared = res["steps"]["one_run"], res["steps"]["shared"]
-    eval_s = 14 * res["eval"]["seconds"] if "eval" in res else 0.0
+            for name, share in (("eval", True), ("eval_whole_prompts", False)):
+                if cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                StaticEngine.share_prefixes = share
+                t0 = time.perf_counter()
+                summary = evaluate(cfg, test_set, Path(tmp) / name, progress=False)
+                StaticEngine.share_prefixes = True
+                res[name] = {"batch_chats": cfg.eval.batch_chats, "chats": summary["n_chats"],
+                             "seconds": time.perf_counter() - t0,
+                             "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+                save()
+                print(name, res[name], flush=True)
+            recipe = make_config("paper", merge_overrides(base, {"train": {"runs_per_process": args.runs},
+                                                                 "eval": {"batch_evals": args.batch_evals}}))
+            if args.runs == len(recipe.arms) * len(recipe.seeds):
+                if cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                run_recipe(recipe, Path(tmp) / "shared", preset="paper", progress=False)
+                seconds = time.perf_counter() - t0
+                done = list((Path(tmp) / "shared" / "evals").glob("*/summary.json"))
+                res["evaluations"] = {"batch_evals": args.batch_evals, "evaluations": len(done), "seconds": seconds,
+                                      "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+                save()
+                print("evaluations", res["evaluations"], flush=True)
+    if args.evaluations_from:
+        together = next(r for r in json.loads(Path(args.evaluations_from).read_text())["stages"]
+                        if r["stage"] == "together")
+        res["evaluations"] = {"from": Path(args.evaluations_from).name, **{k: together[k] for k in
+                              ("batch_evals", "evaluations", "seconds", "peak_gb")}}
+    one, shared = res["steps"].get("one_run"), res["steps"]["shared"]
+    n_evals = res["evaluations"]["evaluations"] if "evaluations" in res else 20
+    alone_s = n_evals * res["eval"]["seconds"] if "eval" in res else None
+    together_s = res["evaluations"]["seconds"] if "evaluations" in res else alone_s
+    minutes = lambda *parts: None if None in parts else sum(parts) / 60  # noqa: E731
     res["projection"] = {
-        "one_run_at_a_time_gpu_minutes": (6 * 80 * one["seconds"] + eval_s) / 60,
-        "shared_gpu_minutes": (6 / args.runs * 80 * shared["seconds"] + eval_s) / 60,
-        "eval_gpu_minutes": eval_s / 60, "seed_gpu_minutes": 567.8,
-        "step_speedup_per_run": args.runs * one["seconds"] / shared["seconds"]}
+        "one_run_at_a_time_gpu_minutes": minutes(6 * 80 * one["seconds"], alone_s) if one else None,
+        "shared_gpu_minutes": minutes(6 / args.runs * 80 * shared["seconds"], together_s),
+        "evaluations": n_evals, "eval_one_at_a_time_gpu_minutes": minutes(alone_s),
+        "eval_together_gpu_minutes": minutes(together_s), "seed_gpu_minutes": 567.8,
+        "step_speedup_per_run": args.runs * one["seconds"] / shared["seconds"] if one else None,
+        "shared_step_whole_prompts_over_shared_runs": res["steps"]["shared_whole_prompts"]["seconds"] / shared["seconds"]}
     save()
-    print(f"\n{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}")
+    print(f"\n{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}{'whole prompts':>16}")
     for r in res.get("decode", []):
         print(f"{'decode ms/step, prompt ' + str(r['prompt_tokens']):<34}{r['one_run_b32_ms']:>12.2f}"
               f"{r[f'{args.runs}_runs_b{32 * args.runs}_ms']:>18.2f}   ({r['speedup_per_run']:.2f}x per run; "
               f"slot mode, one run: {r['slot_mode_one_run_b32_ms']:.2f})")
+    whole = res["steps"]["shared_whole_prompts"]
+    cell = lambda r, key, width: f"{r[key]:>{width}.2f}" if r else f"{'-':>{width}}"  # noqa: E731
     for key, label in (("seconds", "step s"), ("sample_seconds", "  sampling s"), ("learn_seconds", "  learning s"),
                        ("peak_gb", "peak GB"), ("peak_sample_gb", "  sampling"), ("peak_learn_gb", "  learning")):
-        print(f"{label:<34}{one[key]:>12.2f}{shared[key]:>18.2f}")
+        print(f"{label:<34}{cell(one, key, 12)}{shared[key]:>18.2f}{whole[key]:>16.2f}")
     p = res["projection"]
-    print(f"{'per run-step s':<34}{one['seconds']:>12.2f}{shared['seconds'] / args.runs:>18.2f}   "
-          f"({p['step_speedup_per_run']:.2f}x)")
+    print(f"{'per run-step s':<34}{cell(one, 'seconds', 12)}{shared['seconds'] / args.runs:>18.2f}"
+          f"{whole['seconds'] / args.runs:>16.2f}")
     if "eval" in res:
-        print(f"evaluation: {res['eval']['seconds']:.1f} s")
-    print(f"projected paper recipe: {p['one_run_at_a_time_gpu_minutes']:.1f} GPU-min one run at a time, "
-          f"{p['shared_gpu_minutes']:.1f} with {args.runs} runs per process (seed: 567.8)")
+        print(f"evaluation: {res['eval']['seconds']:.1f} s ({res['eval_whole_prompts']['seconds']:.1f} s with whole "
+              f"prompts)")
+    if "evaluations" in res:
+        e = res["evaluations"]
+        print(f"the recipe's {e['evaluations']} evaluations, {e['batch_evals']} at a time: {e['seconds']:.1f} s, "
+              f"peak {e['peak_gb'] or 0:.1f} GB" + (f" (from {e['from']})" if "from" in e else ""))
+    show = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    print(f"projected paper recipe: {show(p['one_run_at_a_time_gpu_minutes'])} GPU-min one run at a time, "
+          f"{show(p['shared_gpu_minutes'])} with {args.runs} runs per process (seed: 567.8)")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ matmul each over stacked weight buffers. Where Triton runs, the decode step's at
 `decode_attention.attend`, which reads only the cache columns filled so far (the layer's two halves around it
 are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a CPU).
 
+- **Shared runs read once.** Rows of one policy whose prompts begin with the same run of tokens (a problem's
+  chats at the first turn, and their system prompt and problem at the second) are grouped (`prefixes.plan`); each
+  group's run goes through the layers once, its K/V are copied into every member's columns, and the prefill then
+  reads only what follows, as if a session held the run. The plan is used only when it reads fewer tokens.
 - **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
   a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
   in front of them in the pool, and the block attends over both.
@@ -49,7 +53,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve import decode_attention
+from talktosolve import decode_attention, prefixes
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 from talktosolve.policy import base_model
 
@@ -222,6 +226,17 @@ def _hold(session, s, prompts, rows, T: int) -> None:
     session.ids, session.k, session.v = held, s["k"].gather(3, index), s["v"].gather(3, index)
 
 
+def _block_mask(valid, S: int):
+    """The prefill mask [B, 1, S, T] of a left-padded block of S new tokens ending at column T (valid [B, T] bool:
+    the columns that hold a real token): causal over real tokens, and a padding query attends to itself so that
+    no row is all -inf (NaN)."""
+    T = valid.shape[1]
+    cols = torch.arange(T, device=valid.device)
+    query = cols[T - S:]  # [S]
+    causal = cols[None, :] <= query[:, None]  # [S, T]
+    return ((causal[None] & valid[:, None, :]) | (cols[None, None, :] == query[None, :, None]))[:, None]
+
+
 def _place(cache, held, first, count, T: int) -> None:
     """cache[:, b, :, first[b] + j] = held[:, b, :, j] for j < count[b], in one gather (cache [layers, B, kv, L, D],
     held [layers, B, kv, n, D]); other columns are left as they are."""
@@ -322,6 +337,10 @@ class StaticEngine:
     so several runs' chats, or a learner's and its base partner's, share every decode step (`_linear`);
     `slots=n` is short for n equal contiguous blocks, block j through adapter j. LoRA models only."""
 
+    share_prefixes = True
+    """Read a run of tokens that several rows' prompts begin with once (`prefixes`). False (on the class or an
+    engine): every row reads its whole prompt, what `bench/gpu_shared.py` compares against."""
+
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
                  record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None,
                  slots: int = 0):
@@ -364,6 +383,8 @@ class StaticEngine:
                 for key in GROUPS:
                     self.layers[-1][key].make_slots(slots)
         self._stamp = None
+        self.shared_tokens = 0
+        """Prompt tokens not read because another row of their group read them (over this engine's calls)."""
         self.stop = torch.tensor(self.stop_ids, device=self.device)
         self.graphs: dict[tuple[int, int], dict] = {}  # (rows, KV length)
         self.pool: torch.Tensor | None = None
@@ -441,13 +462,13 @@ class StaticEngine:
             return [None] * len(self.layers)
         return [tuple(w[key].slot_lora(masks) for key in GROUPS) for w in self.layers]
 
-    def _set_rows(self, s, adapters: list[int | None]) -> None:
-        """Write each row's slot (None: the base, no adapter) into the masks state `s`'s graph reads."""
+    def _set_rows(self, masks: dict, adapters: list[int | None]) -> None:
+        """Write each row's slot (None: the base, no adapter) into `masks` (a graph state's, read by its graph)."""
         onehot = torch.zeros(len(adapters), self.slots, dtype=self.embed.dtype)
         for i, j in enumerate(adapters):
             if j is not None:
                 onehot[i, j] = 1
-        for rank, mask in s["masks"].items():
+        for rank, mask in masks.items():
             mask.copy_(onehot.repeat_interleave(rank, dim=1)[:, None].to(mask.device))
 
     # --------------------------------------------------------------------------------------------- forward
@@ -465,6 +486,30 @@ class StaticEngine:
             x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
                                **self._dims(), lora=lora)
         return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
+
+    def _prefill_runs(self, s, prompts, plan, first, adapters) -> None:
+        """Read each group's shared run once (a batch of the groups' leaders) and copy its K/V into every member's
+        cache columns of state `s`, where the member's prompt begins (`first` [B])."""
+        runs = [prompts[row][:n] for row, n in zip(plan.leaders, plan.runs)]
+        ids, bmask = left_pad(runs, self.pad_id, self.device)  # [G, P]
+        G, P = ids.shape
+        shape = (len(self.layers), G, self.n_kv, P, self.head_dim)
+        k = torch.zeros(shape, device=self.device, dtype=self.embed.dtype)
+        v = torch.zeros_like(k)
+        lora = [None] * len(self.layers)
+        if self.slots:
+            masks = {rank: torch.zeros(G, *m.shape[1:], device=m.device, dtype=m.dtype) for rank, m in s["masks"].items()}
+            self._set_rows(masks, [adapters[row] for row in plan.leaders])
+            lora = self._lora(masks)
+        real = bmask.bool()
+        self._prefill(ids, (bmask.cumsum(-1) - 1).clamp(min=0), k, v, _block_mask(real, P), real, {"lora": lora})
+        first = first.tolist()
+        for row, (g, n) in enumerate(zip(plan.group, plan.shared)):
+            if g >= 0:  # the run sits at the right end of the leaders' block: columns P - runs[g] ..
+                at = P - plan.runs[g]
+                s["k"][:, row, :, first[row]:first[row] + n] = k[:, g, :, at:at + n]
+                s["v"][:, row, :, first[row]:first[row] + n] = v[:, g, :, at:at + n]
+        self.shared_tokens += sum(plan.shared) - sum(plan.runs)
 
     def _pick(self, hidden):
         """Next token [B] (and its log-prob [B]) from the last hidden state [B, H]."""
@@ -612,7 +657,7 @@ class StaticEngine:
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
         s = self._graph(B, L)
         if self.slots:
-            self._set_rows(s, adapters)
+            self._set_rows(s["masks"], adapters)
         if seed is not None:
             # Seeded after the graph is found: capturing a new one runs warm-up steps that draw random numbers,
             # and a call must sample the same whether or not its graph was captured before.
@@ -621,31 +666,32 @@ class StaticEngine:
             else:
                 torch.manual_seed(seed)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
-        # cache, the rest (a left-padded block of S columns ending at T) goes through the layers.
+        # cache, or its first `plan.shared[i]` from its group's run; the rest (a left-padded block of S columns
+        # ending at T) goes through the layers.
         reuse = _reusable(session, prompts)
+        plan = prefixes.plan(prompts, reuse, adapters) if self.share_prefixes else None
+        known = [r + n for r, n in zip(reuse, plan.shared)] if plan else reuse
         lengths = torch.tensor([len(p) for p in prompts], device=dev)
-        held = torch.tensor(reuse, device=dev)  # [B]
-        ids, bmask = left_pad([p[r:] for p, r in zip(prompts, reuse)], self.pad_id, dev)  # [B, S]
+        held = torch.tensor(known, device=dev)  # [B]
+        ids, bmask = left_pad([p[r:] for p, r in zip(prompts, known)], self.pad_id, dev)  # [B, S]
         S = ids.shape[1]
+        first = T - lengths  # [B] column of each row's first prompt token
         if any(reuse):
             session.reused_tokens += sum(reuse)
-            first = T - lengths  # [B] column of each row's first prompt token
             for key in ("k", "v"):
-                _place(s[key], getattr(session, key), first, held, T)
+                _place(s[key], getattr(session, key), first, torch.tensor(reuse, device=dev), T)
         if session is not None:
             # The held K/V are in the pool now (or of no use): free them before prefill and decode, which
             # would otherwise run with the copy's old cache in memory beside the pool (8 GB at 300 chats).
             session.ids = session.k = session.v = None
+        if plan:
+            self._prefill_runs(s, prompts, plan, first, adapters)
         positions = held[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
         cols = torch.arange(T, device=dev)
         s["valid"].zero_()
-        s["valid"][:, :T] = cols[None] >= (T - lengths)[:, None]
+        s["valid"][:, :T] = cols[None] >= first[:, None]
         s["done"].zero_()
-        # Prefill: causal over real tokens; a padding query attends to itself so no row is all -inf (NaN).
-        query_cols = cols[T - S:]  # [S]
-        causal = cols[None, :] <= query_cols[:, None]  # [S, T]
-        pmask = (causal[None] & s["valid"][:, None, :T]) | (cols[None, None, :] == query_cols[None, :, None])
-        pmask = pmask[:, None]  # [B, 1, S, T]
+        pmask = _block_mask(s["valid"][:, :T], S)  # [B, 1, S, T]
         tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool(), s))
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))

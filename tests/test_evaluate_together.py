@@ -16,7 +16,7 @@ from talktosolve.tasks import load_problems
 from talktosolve.train import train_runs
 
 
-def config(**eval_):
+def config(device="cpu", **eval_):
     # The micro base (it writes messages; a random model stops at once), near-greedy decoding: every row's token
     # is its own argmax, whatever else shares its batch.
     return make_config("micro", {
@@ -25,6 +25,7 @@ def config(**eval_):
         "eval": {"n_problems": 6, "chats_per_problem": 2, "batch_chats": 8, **eval_},
         "chat": {"max_message_tokens": 6, "max_final_tokens": 5, "temperature": 1e-4},
         "train": {"steps": 2, "problems_per_step": 2, "checkpoint_every": 1, "runs_per_process": 2, "lr": 1e-2},
+        "device": device,
     })
 
 
@@ -67,11 +68,13 @@ def teams(runs, root):
             Team(root / "mixed", "chat", {"A": r0, "B": r1}), Team(root / "cut-s1", "cut", {"A": r1, "B": r1})]
 
 
-@pytest.mark.slow
-def test_evaluations_played_together_equal_one_at_a_time_under_greedy_decoding(two_runs, tmp_path, monkeypatch):
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_evaluations_played_together_equal_one_at_a_time_under_greedy_decoding(two_runs, tmp_path, monkeypatch,
+                                                                               device):
     import talktosolve.evaluate as ev
 
-    cfg_alone, cfg_together = config(), config(batch_evals=6)
+    cfg_alone, cfg_together = config(device), config(device, batch_evals=6)
     _, test_set, _ = load_problems(cfg_alone)
     alone = evaluate_teams(cfg_alone, teams(two_runs, tmp_path / "alone"), test_set, progress=False)
     passes = []
