@@ -282,7 +282,7 @@ def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] |
     if not weights:
         players = load_players(cfg, {seat: None for seat in group[0].seats})
         return [players for _ in group]
-    shapes = {_adapter_shape(w) for w in weights}
+    shapes = {adapter_shape(w) for w in weights}
     if cfg.model.finetune != "lora" or len(shapes) != 1 or None in shapes:
         return None
     device = resolve_device(cfg.device)
@@ -304,7 +304,7 @@ def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] |
     return [{seat: base if w is None else players[w] for seat, w in lineup.items()} for lineup in seated]
 
 
-def _adapter_shape(weights: Path) -> tuple | None:
+def adapter_shape(weights: Path) -> tuple | None:
     """What a slot holds: rank, alpha and target modules of a LoRA adapter folder; None for other weights."""
     config = Path(weights) / "adapter_config.json"
     if not config.is_file():

@@ -1,17 +1,20 @@
-"""The frozen partner of partner-mixture training (`train.partners`): who it is, and its sampler.
+"""The frozen partner of partner-mixture training (`train.partners`): who it is, and where it samples.
 
 `train.partner` names it:
 
-- `base`: the untrained base. Under LoRA, where the learner's sampler can run in slot mode, the partner's rows
-  are that sampler's rows with no adapter: one call a turn serves the learner's and the partner's rows
-  (`fast_engine`, `train.train_runs`). Otherwise (full fine-tuning, whose weights move; a model the static
-  engine does not support) a second copy of the base with its own sampler.
+- `base`: the untrained base.
 - `snapshot`: this run's own weights as they were at the latest multiple of `train.snapshot_every` steps (the
-  initial weights, which are the base's, until the first): a copy of each of the learner's sets of weights,
-  overwritten at those steps (`refresh`). Its tensors go into every checkpoint, so a resumed run plays against
-  the same snapshot as one never stopped.
+  initial weights, which are the base's, until the first), taken again at those steps (`refresh`). Its tensors
+  go into every checkpoint, so a resumed run plays against the same snapshot as one never stopped.
 - a folder: a finished run's final weights (or an adapter folder); a run with per-role weights plays each seat
   with that seat's weights.
+
+Where it samples. Under LoRA, where the learner's sampler can run in slot mode (`in_learners_engines`), the
+partner's rows are rows of the learner's own engine: the base reads no adapter, a snapshot or a finished run's
+adapter sits in a slot after the learner's (`partner_slots`), so one call a turn serves the learner's and the
+partner's rows, and no second copy of the model is held. Otherwise (full fine-tuning, whose weights move; a
+model the static engine does not support; a finished run's adapter of another shape) the partner is a model of
+its own with its own sampler: a copy of the base, of the learner (a snapshot), or of the finished run.
 
 Which chats seat the partner, and in which seat, is `partners.py`'s (pure); this module holds the models.
 """
@@ -22,40 +25,149 @@ import copy
 
 import torch
 
-from talktosolve.evaluate import weights_key
-from talktosolve.fast_engine import make_engine
+from talktosolve.evaluate import adapter_shape, weights_key
+from talktosolve.fast_engine import make_engine, slot_mode_fits
 from talktosolve.policy import load_base, load_player_model, stop_ids, trained_weights
 from talktosolve.rollout import Player
 
 
-class FrozenPartner:
-    """The partner's player in each seat; for a snapshot, the copies it samples from."""
+def in_learners_engines(cfg, model, roles) -> bool:
+    """Whether the partner can sample in the learner's slot-mode engines: a LoRA learner on the static engine,
+    and for a finished run, adapters of the learner's shape (rank, alpha, targets) in every seat."""
+    if cfg.model.finetune != "lora" or not slot_mode_fits(model, cfg.chat.engine):
+        return False
+    if cfg.train.partner in ("base", "snapshot"):
+        return True
+    c = model.peft_config[next(iter(model.peft_config))]
+    mine = (c.r, c.lora_alpha, tuple(sorted(c.target_modules)))
+    return all(adapter_shape(trained_weights(cfg.train.partner, seat)) == mine for _, seats in roles for seat in seats)
 
-    def __init__(self, cfg, tokenizer, device, learners: list | None = None, base_engines: dict | None = None):
-        """`learners`: the run's `(role name, seats, model)` sets of weights (a snapshot copies them);
-        `base_engines`: `{seat: the learner's slot-mode engine}`, whose base weights then play the base partner
-        (rows with no adapter) instead of a copy of the base."""
+
+def partner_slots(cfg, roles) -> dict[str, int]:
+    """Slots each role's engine holds for the partner, besides the learner's own (slot 0): none for the base,
+    one for a snapshot, one per distinct set of a finished run's weights among the role's seats."""
+    kind = cfg.train.partner
+    if kind == "base":
+        return {name: 0 for name, _ in roles}
+    if kind == "snapshot":
+        return {name: 1 for name, _ in roles}
+    return {name: len({trained_weights(kind, seat) for seat in seats}) for name, seats in roles}
+
+
+class _Copy:
+    """A snapshot sampled from a frozen copy of the learner's model: its trainable tensors are the copy's."""
+
+    def __init__(self, model):
+        self.frozen = copy.deepcopy(model).eval().requires_grad_(False)
+        mine = dict(self.frozen.named_parameters())
+        self.tensors = {n: mine[n] for n, p in model.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def take(self, model) -> None:
+        for n, p in model.named_parameters():
+            if n in self.tensors:
+                self.tensors[n].copy_(p)
+
+    @torch.no_grad()
+    def put(self, tensors) -> None:
+        for n, value in tensors.items():
+            self.tensors[n].copy_(value)
+
+
+class _Slot:
+    """A snapshot held in a slot of the learner's engine, and its tensors kept beside it (for checkpoints)."""
+
+    def __init__(self, model, engine, slot: int):
+        self.model, self.engine, self.slot = model, engine, slot
+        self.tensors = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def take(self, model) -> None:
+        for n, p in model.named_parameters():
+            if n in self.tensors:
+                self.tensors[n].copy_(p)
+        self.engine.store_adapter(self.slot)  # the live weights are the snapshot now
+
+    def put(self, tensors) -> None:
+        for n, value in tensors.items():
+            self.tensors[n].copy_(value)
+        store_in_slot(self.engine, self.model, self.tensors, self.slot)
+
+
+@torch.no_grad()
+def store_in_slot(engine, model, tensors: dict[str, torch.Tensor], slot: int) -> None:
+    """Put `tensors` (trainable parameter name -> value) in the engine's slot `slot`, leaving the model's own
+    weights bit for bit as they were."""
+    params = {n: p for n, p in model.named_parameters() if n in tensors}
+    live = {n: p.detach().clone() for n, p in params.items()}
+    for n, value in tensors.items():
+        params[n].copy_(value)
+    engine.store_adapter(slot)
+    for n, value in live.items():
+        params[n].copy_(value)
+
+
+@torch.no_grad()
+def _adapter_tensors(model, folder) -> dict[str, torch.Tensor]:
+    """A finished run's adapter as the learner's trainable parameter names -> values (peft maps the names)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    live = {n: p.detach().clone() for n, p in params.items()}
+    set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors"),
+                                               device=str(next(iter(params.values())).device)))
+    theirs = {n: p.detach().clone() for n, p in params.items()}
+    for n, value in live.items():
+        params[n].copy_(value)
+    return theirs
+
+
+class FrozenPartner:
+    """The partner's player in each seat, and for a snapshot where its weights are held."""
+
+    def __init__(self, cfg, tokenizer, device, learners: list, engines: dict | None = None):
+        """`learners`: the run's `(role name, seats, model)` sets of weights. `engines`: `{seat: the slot-mode
+        engine of the learner in that seat}` when the partner samples there (`in_learners_engines`; each engine
+        built with `partner_slots` slots after the learner's); None: models of its own."""
         self.kind = cfg.train.partner
         self.every = cfg.train.snapshot_every
-        self.copies: list[tuple[str, object, object]] = []  # (role name, learner model, its frozen copy)
+        self.snapshots: list[tuple[str, object, _Copy | _Slot]] = []  # (role name, learner model, holder)
         self.players: dict[str, Player] = {}
-        by_weights: dict = {}
-        seats = cfg.chat.seats
-        for seat in seats:
-            if base_engines is not None:
-                self.players[seat] = Player(base_engines[seat], tokenizer, "partner-base", adapter=None)
-                continue
+        role_of = {seat: (name, model) for name, seats, model in learners for seat in seats}
+        if engines is not None:
+            self._in_engines(tokenizer, role_of, engines)
+        else:
+            self._own_models(cfg, tokenizer, device, role_of)
+
+    def _in_engines(self, tokenizer, role_of, engines) -> None:
+        slots: dict[tuple[int, object], int] = {}  # (engine, weights) -> slot
+        for seat, engine in engines.items():
+            name, model = role_of[seat]
             if self.kind == "base":
-                key = None
-            elif self.kind == "snapshot":
-                key = next(name for name, mine, _ in learners if seat in mine)
-            else:
-                key = trained_weights(self.kind, seat)
+                self.players[seat] = Player(engine, tokenizer, "partner-base", None)
+                continue
+            weights = name if self.kind == "snapshot" else trained_weights(self.kind, seat)
+            if (id(engine), weights) not in slots:
+                slot = 1 + sum(e == id(engine) for e, _ in slots)
+                slots[(id(engine), weights)] = slot
+                if self.kind == "snapshot":
+                    self.snapshots.append((name, model, _Slot(model, engine, slot)))
+                else:
+                    store_in_slot(engine, model, _adapter_tensors(model, weights), slot)
+            label = "partner-snapshot" if self.kind == "snapshot" else f"partner-{seat}"
+            self.players[seat] = Player(engine, tokenizer, label, slots[(id(engine), weights)])
+
+    def _own_models(self, cfg, tokenizer, device, role_of) -> None:
+        by_weights: dict = {}
+        for seat in cfg.chat.seats:
+            name, model = role_of[seat]
+            key = None if self.kind == "base" else name if self.kind == "snapshot" else trained_weights(self.kind, seat)
             if key not in by_weights:
                 if self.kind == "snapshot":
-                    name, _, model = next(r for r in learners if r[0] == key)
-                    frozen = copy.deepcopy(model).eval().requires_grad_(False)
-                    self.copies.append((name, model, frozen))
+                    holder = _Copy(model)
+                    self.snapshots.append((name, model, holder))
+                    frozen = holder.frozen
                 elif self.kind == "base":
                     frozen = load_base(cfg.model, device).eval().requires_grad_(False)
                 else:
@@ -70,32 +182,22 @@ class FrozenPartner:
         """The step whose weights the snapshot partner holds during `step` (None for other partners)."""
         return step // self.every * self.every if self.kind == "snapshot" else None
 
-    @torch.no_grad()
     def refresh(self, step: int) -> None:
-        """At a multiple of `snapshot_every`, copy the learner's trainable weights into the snapshot."""
+        """At a multiple of `snapshot_every`, take the learner's trainable weights as the snapshot."""
         if self.kind != "snapshot" or step % self.every:
             return
-        for _, model, frozen in self.copies:
-            mine = dict(frozen.named_parameters())
-            for name, p in model.named_parameters():
-                if p.requires_grad:
-                    mine[name].copy_(p)
+        for _, model, holder in self.snapshots:
+            holder.take(model)
 
     def tensors(self) -> dict[str, dict[str, torch.Tensor]]:
         """The snapshot's trainable tensors by role name, for a checkpoint (empty for other partners)."""
-        out = {}
-        for role, model, frozen in self.copies:
-            trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-            out[role] = {n: p.detach().cpu().contiguous() for n, p in frozen.named_parameters() if n in trainable}
-        return out
+        return {role: {n: t.detach().cpu().contiguous() for n, t in holder.tensors.items()}
+                for role, _, holder in self.snapshots}
 
-    @torch.no_grad()
     def load(self, tensors: dict[str, dict[str, torch.Tensor]]) -> None:
         """Restore the snapshot from a checkpoint's `tensors()`."""
-        for role, _, frozen in self.copies:
-            mine = dict(frozen.named_parameters())
-            for name, value in tensors[role].items():
-                mine[name].copy_(value)
+        for role, _, holder in self.snapshots:
+            holder.put(tensors[role])
 
 
 def partner_key(partner: str) -> str:

@@ -18,9 +18,9 @@ needs only the weights, the optimizer and the step number to continue exactly as
 
 With `train.partners`, a share of each step's problems seats a frozen partner (`train.partner`: the untrained
 base, a snapshot of this run, or a finished run; `frozen.py`) in one seat of all their chats, chosen from
-(seed, k) (`partners.py`); only the learner's messages are trained. Under LoRA the base partner samples
-in the learner's own engine, in slot mode: the learner's rows through its adapter (slot 0, stored each step),
-the partner's through none, one call a turn for both.
+(seed, k) (`partners.py`); only the learner's messages are trained. Under LoRA the partner samples in the
+learner's own engine, in slot mode: the learner's rows through its adapter (slot 0, stored each step), the
+partner's through none (the base) or through its own slot (a snapshot, a finished run), one call a turn for both.
 
 Several runs can share a process (`train_runs`, `train.runs_per_process`): one frozen base, one adapter and one
 AdamW state per run, swapped into the model's adapter in turn; each step samples every run's chats in one batch
@@ -41,12 +41,12 @@ import torch
 
 from talktosolve import checkpoint, distributed
 from talktosolve.config import Config, config_key
-from talktosolve.fast_engine import StaticEngine, make_engine, slot_mode_fits
+from talktosolve.fast_engine import StaticEngine, make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, StepStats, group_advantages, grpo_update
 from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
                                 make_trainable, resolve_device, save_policy, stop_ids)
 from talktosolve.arms import ARMS
-from talktosolve.frozen import FrozenPartner, partner_key
+from talktosolve.frozen import FrozenPartner, in_learners_engines, partner_key, partner_slots
 from talktosolve.partners import lineups, partner_seats
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
@@ -227,22 +227,24 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         if shared:
             run.weights = [p.detach().clone() for p in params]
 
-    # The base partner of a LoRA run samples in the learner's own engine, as rows with no adapter: one call a
-    # turn for the learner's and the partner's rows, instead of one each through a second copy of the base.
-    base_rows = (not shared and t.partners > 0 and t.partner == "base" and cfg.model.finetune == "lora"
-                 and slot_mode_fits(model, cfg.chat.engine))
+    # The partner of a LoRA run samples in the learner's own engine (the base as rows with no adapter, a
+    # snapshot or a finished run in slots after the learner's): one call a turn for the learner's and the
+    # partner's rows, and no second copy of the model.
+    partner_rows = not shared and t.partners > 0 and in_learners_engines(cfg, model, roles)
+    extra = partner_slots(cfg, roles) if partner_rows else {}
     engines = [make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
                            temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                           kind=cfg.chat.engine, slots=len(pending) if shared else int(base_rows)) for m in models]
+                           kind=cfg.chat.engine, slots=len(pending) if shared else (1 + extra[name] if partner_rows else 0))
+               for (name, _), m in zip(roles, models)]
     for m, engine in zip(models, engines):
         compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
     # Each seat's learner (the shared one in every seat); runs sharing a process seat theirs each step.
-    learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if base_rows else None)
+    learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if partner_rows else None)
                 for (name, seats), engine in zip(roles, engines) for seat in seats}
     partner = (FrozenPartner(cfg, tokenizer, device, [(r.name, r.seats, r.model) for r in pending[0].roles],
-                             {seat: learners[seat].engine for seat in protocol.seats} if base_rows else None)
+                             {seat: learners[seat].engine for seat in protocol.seats} if partner_rows else None)
                if t.partners > 0 else None)
-    if partner is not None and partner.copies and pending[0].start:
+    if partner is not None and partner.snapshots and pending[0].start:
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
     gpu = device.type == "cuda"
     first = min(run.start for run in pending)
@@ -267,7 +269,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                            for j, b in enumerate(batches) for _ in range(len(b) * t.chats_per_problem)]
                 seed = _shared_seed([run.seed for run in active], step)
             else:
-                if base_rows:  # the slot engines sample from slot 0, not the live weights: store this step's
+                if partner_rows:  # the slot engines sample from slot 0, not the live weights: store this step's
                     for engine in engines:
                         engine.store_adapter(0)
                 seating = learners

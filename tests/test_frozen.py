@@ -15,6 +15,10 @@ pytestmark = pytest.mark.slow
 
 SNAPSHOT = ["train.partners=0.5", "train.partner=snapshot", "train.snapshot_every=2", "train.steps=4",
             "train.lr=3e-3"]
+LORA = ["model.finetune=lora", "model.lora_r=4", "train.lr=1e-2"]
+# Full fine-tuning keeps a frozen copy of the learner for its snapshot; LoRA holds it in a slot of its own engine.
+FINETUNES = pytest.mark.parametrize("finetune", [[], LORA], ids=["full", "lora"])
+WEIGHTS = {(): "model.safetensors", tuple(LORA): "adapter_model.safetensors"}
 
 
 def _train(out, extra):
@@ -24,8 +28,9 @@ def _train(out, extra):
     return main(args)
 
 
-def test_a_snapshot_partner_holds_the_learners_weights_of_the_latest_multiple_of_snapshot_every(tmp_path):
-    assert _train(tmp_path / "run", SNAPSHOT + ["train.checkpoint_every=2"]) == 0
+@FINETUNES
+def test_a_snapshot_partner_holds_the_learners_weights_of_the_latest_multiple_of_snapshot_every(tmp_path, finetune):
+    assert _train(tmp_path / "run", SNAPSHOT + ["train.checkpoint_every=2"] + finetune) == 0
     ckpts = tmp_path / "run" / "checkpoints"
     at2 = load_file(str(ckpts / "step-000002" / "trainable.safetensors"))
     snap2 = load_file(str(ckpts / "step-000002" / "snapshot.safetensors"))
@@ -37,10 +42,11 @@ def test_a_snapshot_partner_holds_the_learners_weights_of_the_latest_multiple_of
     assert held == {(0, 0), (1, 0), (2, 2), (3, 2)}
 
 
-def test_resume_with_a_snapshot_partner_equals_uninterrupted(tmp_path, monkeypatch):
+@FINETUNES
+def test_resume_with_a_snapshot_partner_equals_uninterrupted(tmp_path, monkeypatch, finetune):
     import talktosolve.checkpoint as checkpoint
 
-    extra = SNAPSHOT + ["train.checkpoint_every=1"]
+    extra = SNAPSHOT + ["train.checkpoint_every=1"] + finetune
     whole, part = tmp_path / "whole", tmp_path / "part"
     assert _train(whole, extra) == 0
     real_save = checkpoint.save
@@ -54,8 +60,8 @@ def test_resume_with_a_snapshot_partner_equals_uninterrupted(tmp_path, monkeypat
     assert _train(part, extra) == 130
     monkeypatch.setattr(checkpoint, "save", real_save)
     assert _train(part, extra) == 0
-    a = load_file(str(whole / "final" / "model.safetensors"))
-    b = load_file(str(part / "final" / "model.safetensors"))
+    a = load_file(str(whole / "final" / WEIGHTS[tuple(finetune)]))
+    b = load_file(str(part / "final" / WEIGHTS[tuple(finetune)]))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     strip = [{k: v for k, v in r.items() if "seconds" not in k} for r in read_jsonl(whole / "metrics.jsonl")]
     assert strip == [{k: v for k, v in r.items() if "seconds" not in k} for r in read_jsonl(part / "metrics.jsonl")]
@@ -101,3 +107,59 @@ def test_a_lora_runs_base_partner_samples_in_the_learners_own_engine_one_call_a_
     assert any(None in rows for rows in calls), "some rows sampled by the base alone"
     rows = read_jsonl(tmp_path / "run" / "transcripts.jsonl")
     assert sum(r["partner_seat"] is not None for r in rows) == len(rows) // 2
+
+
+def _count_calls(monkeypatch):
+    from talktosolve import fast_engine
+
+    calls = []
+    real = fast_engine.StaticEngine.generate
+
+    def counting(self, prompts, *args, **kwargs):
+        calls.append(kwargs.get("adapters"))
+        return real(self, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(fast_engine.StaticEngine, "generate", counting)
+    return calls
+
+
+def test_a_lora_runs_snapshot_partner_samples_in_its_own_slot_of_the_learners_engine(tmp_path, monkeypatch):
+    calls = _count_calls(monkeypatch)
+    assert _train(tmp_path / "run", SNAPSHOT + LORA) == 0
+    assert len(calls) == 4 * 4, "one call a turn: the learner's rows and the snapshot's together"
+    assert all(rows is not None and 0 in rows for rows in calls)
+    assert any(1 in rows for rows in calls), "some rows sampled through the snapshot's slot"
+    assert not any(None in rows for rows in calls), "no row reads the bare base"
+
+
+def test_a_finished_lora_run_as_the_partner_samples_in_the_learners_engine_unless_its_shape_differs(
+        tmp_path, monkeypatch):
+    first, other = tmp_path / "first", tmp_path / "rank-8"
+    assert _train(first, ["train.steps=2"] + LORA) == 0
+    assert _train(other, ["train.steps=2"] + LORA + ["model.lora_r=8"]) == 0
+    calls = _count_calls(monkeypatch)
+    assert _train(tmp_path / "second", ["train.partners=0.5", f"train.partner={first}", "train.steps=2"] + LORA) == 0
+    assert len(calls) == 2 * 4 and any(1 in rows for rows in calls)
+    calls.clear()
+    assert _train(tmp_path / "third", ["train.partners=0.5", f"train.partner={other}", "train.steps=2"] + LORA) == 0
+    assert len(calls) > 2 * 4, "a rank-8 adapter has no slot in a rank-4 engine: it samples from its own model"
+
+
+def test_weights_stored_in_a_slot_sample_as_a_model_holding_them_and_leave_the_model_as_it_was():
+    from test_fast_engine import _lora_model, _set_adapter_weights, prompts
+
+    from talktosolve.fast_engine import StaticEngine
+    from talktosolve.frozen import store_in_slot
+
+    model = _lora_model()
+    _set_adapter_weights(model, 1)
+    theirs = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    expected = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, force_max_length=True).generate(
+        prompts(97, [5, 9]), 8)
+    _set_adapter_weights(model, 2)
+    live = {n: p.detach().clone() for n, p in model.named_parameters()}
+    engine = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, force_max_length=True, slots=2)
+    store_in_slot(engine, model, theirs, 1)
+    assert all(torch.equal(p, live[n]) for n, p in model.named_parameters())
+    assert engine.generate(prompts(97, [5, 9]), 8, adapters=[1, 1]) == expected
+    assert engine.generate(prompts(97, [5, 9]), 8, adapters=[0, 0]) != expected, "slot 0 is empty: another policy"
