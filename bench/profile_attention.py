@@ -22,7 +22,7 @@ import torch
 
 
 def portable(q, k, v, mask):
-    """`fast_engine._decode_layer`'s CUDA attention. q [B, Hkv, G, D]; caches [B, Hkv, L, D]; mask [B, 1, 1, L]."""
+    """`fast_layers.decode_layer`'s CUDA attention. q [B, Hkv, G, D]; caches [B, Hkv, L, D]; mask [B, 1, 1, L]."""
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
     probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
     return torch.matmul(probs, v)

@@ -41,6 +41,7 @@ def main():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     import talktosolve.fast_engine as fe
+    import talktosolve.fast_layers as fl
     from talktosolve.config import make_config
     from talktosolve.policy import make_trainable
 
@@ -57,7 +58,7 @@ def main():
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
     engines = {}
     if args.compare == "prefill":
-        variants = (("compiled prefill blocks", None, None), ("eager prefill", (fe._qkv, fe._mlp_out), None))
+        variants = (("compiled prefill blocks", None, None), ("eager prefill", (fl.qkv, fl.mlp_out), None))
     else:
         variants = (("attention kernel", None, True), ("portable attention", None, False))
     for name, blocks, kernel in variants:

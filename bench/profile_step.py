@@ -61,6 +61,7 @@ def main():
     from transformers import AutoConfig, AutoTokenizer
 
     import talktosolve.fast_engine as fe
+    import talktosolve.fast_layers as fl
     import talktosolve.reward as rw
     import talktosolve.rollout as ro
     import talktosolve.train as tr
@@ -76,8 +77,8 @@ def main():
     fe.StaticEngine._prefill = timed("sample/generate/prefill", fe.StaticEngine._prefill)
     fe.StaticEngine._graph = timed("sample/generate/graph_lookup_or_capture", fe.StaticEngine._graph)
     fe.StaticEngine.refresh = timed("sample/generate/refresh", fe.StaticEngine.refresh)
-    fe._hold = timed("sample/generate/hold", fe._hold)
-    fe._place = timed("sample/generate/place", fe._place)
+    fl.hold = timed("sample/generate/hold", fl.hold)
+    fl.place = timed("sample/generate/place", fl.place)
     tr.play_chats = timed("sample", tr.play_chats)
     tr.step_metrics = timed("metrics", tr.step_metrics)
     tr.append_jsonl = timed("write_logs", tr.append_jsonl)

@@ -5,8 +5,8 @@ paper preset's shape, where stock `generate` is launch-bound: 73.55 ms per decod
 2.17 ms for this engine on an H200 (`bench/results/gpu_step-h200-2026-12-01.json`). What it does:
 
 - **Its own forward over the model's weights.** A Qwen2/Llama-style decoder (RMSNorm, rotary attention with
-  grouped KV heads, SwiGLU MLP) written with `torch.nn.functional`, reading the weights of the transformers
-  modules in place. transformers' forward builds masks and caches with host-side logic that a CUDA graph
+  grouped KV heads, SwiGLU MLP) written with `torch.nn.functional` (`fast_layers`), reading the weights of the
+  transformers modules in place. transformers' forward builds masks and caches with host-side logic that a CUDA graph
   cannot hold; this one is pure tensor work, so one decode step (embed, 28 layers, head, sampling, stop
   bookkeeping) is captured once and replayed with a single launch.
 - **Exact adapter weights.** For every LoRA layer the sampler keeps one weight buffer and, before each call,
@@ -39,7 +39,7 @@ are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a
   weights and holds n LoRA adapters (`store_adapter(j)` copies the model's live adapter into slot j); a call
   names each row's slot (`adapters=`, None for the base alone): each projection adds
   `((x @ A) * mask) @ (scale * B)` to the base's output, the n adapters side by side in A and B and each row's
-  mask keeping only its own slot's columns (`_linear`), so any mix of rows (several runs' chats; a learner's
+  mask keeping only its own slot's columns (`fast_layers.linear`), so any mix of rows (several runs' chats; a learner's
   and its frozen base partner's) is one batch. Decode is bound by reading the weights, so one step for n
   policies' rows costs far less than n steps (`train.runs_per_process`, `bench/gpu_shared.py`). The adapters
   are applied unmerged, as the learner applies them, so no merge is rounded into a weight.
@@ -53,7 +53,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve import decode_attention, prefixes
+from talktosolve import decode_attention, fast_layers as layers, prefixes
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 from talktosolve.policy import base_model
 
@@ -63,9 +63,6 @@ BUCKET = 256
 decode step attends only over the filled columns, to `CPU_BUCKET`."""
 CPU_BUCKET = 32
 MAX_GRAPHS = 16
-GROUPS = ("qkv", "o", "gate_up", "down")
-"""A layer's sampling weights: q|k|v and gate|up stacked, o and down alone (`_Fused`)."""
-
 
 def slot_mode_fits(model, kind: str = "auto") -> bool:
     """Whether `make_engine(model, kind=kind, slots=n)` can build a slot-mode engine for this LoRA model."""
@@ -95,246 +92,13 @@ def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=Fa
                   force_max_length=force_max_length)
 
 
-def _rms(x, w, eps):
-    dtype = x.dtype
-    x = x.float()
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return w * x.to(dtype)
-
-
-def _rotate(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _linear(x, w, b=None, lora=None):
-    """`F.linear`, plus, in slot mode, each row's own LoRA term. x [B, T, in]; lora (A [in, n*r], B [n*r, out],
-    mask [B, 1, n*r]) or None: the n slots' adapters side by side (the scale folded into B), and per row a mask
-    that keeps only its slot's r columns (all zeros for a row of the base). One matmul pair serves every row,
-    whatever the rows' slots and however many rows each has."""
-    y = F.linear(x, w, b)
-    if lora is None:
-        return y
-    a, b_up, mask = lora
-    return y + ((x @ a) * mask) @ b_up
-
-
-def _split(lora):
-    """A layer's four slot adapters (in `GROUPS` order) -> (q|k|v's, the other three), or (None, None)."""
-    return (lora[0], lora[1:]) if lora is not None else (None, None)
-
-
-def _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora=None):
-    """Normed input -> rotated q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D] (one fused matmul).
-    `lora`: the q|k|v slot adapters (see `_linear`), or None."""
-    B, T, _ = x.shape
-    qkv = _linear(_rms(x, ln1, eps), w_qkv, b_qkv, lora)
-    q, k, v = qkv.split([n_heads * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
-    q = q.view(B, T, n_heads, head_dim).transpose(1, 2)
-    k = k.view(B, T, n_kv, head_dim).transpose(1, 2)
-    v = v.view(B, T, n_kv, head_dim).transpose(1, 2)
-    cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
-    return q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin, v
-
-
-def _mlp_out(x, attn, ln2, w_o, w_gu, w_down, eps, lora=None):
-    """Residual attention output, then the residual SwiGLU MLP (gate and up in one matmul). `lora`: the slot
-    adapters of o, gate|up and down (see `_linear`), or None."""
-    o, gu, down = lora if lora is not None else (None, None, None)
-    x = x + _linear(attn, w_o, None, o)
-    gate, up = _linear(_rms(x, ln2, eps), w_gu, None, gu).chunk(2, dim=-1)
-    return x + _linear(F.silu(gate) * up, w_down, None, down)
-
-
-def _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads: int, n_kv: int, head_dim: int,
-                eps: float, lora=None):
-    """The new token's q [B, Hkv, G, D], its K/V written into cache column `col`. x [B, 1, H]; caches
-    [B, Hkv, L, D]. The G query heads that share a KV head become G query rows of that head (HF's layout: query
-    head h reads KV head h // G), so attention never copies K/V per query head."""
-    B = x.shape[0]
-    q, k, v = _qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora)
-    k_cache.index_copy_(2, col, k)
-    v_cache.index_copy_(2, col, v)
-    return q.reshape(B, n_kv, n_heads // n_kv, head_dim)
-
-
-def _decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, col, mask,
-                  n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
-    """One layer for one new token per row, portable attention (the engine uses `decode_attention` instead
-    where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool; lora: the layer's four slot
-    adapters (q|k|v, o, gate|up, down) or None."""
-    lora_qkv, lora_out = _split(lora)
-    q = _decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps, lora_qkv)
-    if q.is_cuda:
-        # Two matmuls and a masked softmax, which torch.compile fuses: for one query row per head the SDPA
-        # kernels are launch-heavy (on an H200 they were a quarter of the step, which ran 24% slower with them).
-        scores = torch.matmul(q, k_cache.transpose(-1, -2)).float() * head_dim ** -0.5  # [B, Hkv, G, L]
-        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
-        a = torch.matmul(probs, v_cache)  # [B, Hkv, G, D]
-    else:  # on a CPU, eager, SDPA's fused kernel is the faster one (3.6 against 4.6 ms a step, micro model)
-        a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G, D]
-    return _decode_out(x, a, ln2, w_o, w_gu, w_down, eps, lora_out)
-
-
-def _decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float, lora=None):
-    """The rest of a decode layer after attention: a [B, Hkv, G, D] -> the layer's output [B, 1, H]."""
-    return _mlp_out(x, a.reshape(x.shape[0], 1, -1), ln2, w_o, w_gu, w_down, eps, lora)
-
-
-def _prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
-                   qkv, mlp_out, n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
-    """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; writes the
-    real tokens' K/V (`real` [B, S] bool) into cache columns T-S..T-1, leaving a row's padding columns alone
-    (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool. `qkv` and
-    `mlp_out` are `_qkv` and `_mlp_out`, or compiled versions of them; lora as in `_decode_layer`."""
-    B, S, _ = x.shape
-    T = mask.shape[-1]
-    lora_qkv, lora_out = _split(lora)
-    q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora_qkv)
-    keep = real[:, None, :, None]  # [B, 1, S, 1]
-    k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
-    v_cache[:, :, T - S:T].copy_(torch.where(keep, v, v_cache[:, :, T - S:T]))
-    group = n_heads // n_kv
-    keys, values = k_cache[:, :, :T], v_cache[:, :, :T]
-    # K/V copied per query head: reading the cache in place instead (a KV head's G query heads as G*S query rows,
-    # the mask tiled to match) was slower on an H200, 276 against 258 ms for 32 views of 1,100 tokens (branch
-    # prefill-gqa, bench/gpu_shared.py): SDPA's masked kernel pays for the larger mask more than for the copies.
-    if group > 1:
-        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
-    a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, D]
-    return mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps, lora_out)
-
-
-def _reusable(session, prompts: list[list[int]]) -> list[int]:
-    """Per row, how many leading prompt tokens the session's cache already holds (0: read the whole prompt).
-    At least one token is always left to read: the next token is predicted from the last one's state."""
-    if session is None or session.ids is None or len(session.ids) != len(prompts):
-        return [0] * len(prompts)
-    return [len(h) if 0 < len(h) < len(p) and p[:len(h)] == h else 0 for p, h in zip(prompts, session.ids)]
-
-
-def _hold(session, s, prompts, rows, T: int) -> None:
-    """Keep each row's prompt and message, minus the message's last token (never fed back, so it has no keys
-    or values), with their K/V: prompt i sits in columns T - len(p_i) .. T-1, message token j was fed at T + j."""
-    held = [p + r[:-1] for p, r in zip(prompts, rows)]
-    n = max(len(h) for h in held)
-    layers, B, kv, L, D = s["k"].shape
-    first = torch.tensor([T - len(p) for p in prompts], device=s["k"].device)
-    cols = (first[:, None] + torch.arange(n, device=first.device)[None]).clamp(max=L - 1)  # [B, n]
-    index = cols[None, :, None, :, None].expand(layers, B, kv, n, D)
-    # Columns past a row's own length hold whatever the pool held: never read, as `_reusable` stops at len(ids).
-    session.ids, session.k, session.v = held, s["k"].gather(3, index), s["v"].gather(3, index)
-
-
-def _block_mask(valid, S: int):
-    """The prefill mask [B, 1, S, T] of a left-padded block of S new tokens ending at column T (valid [B, T] bool:
-    the columns that hold a real token): causal over real tokens, and a padding query attends to itself so that
-    no row is all -inf (NaN)."""
-    T = valid.shape[1]
-    cols = torch.arange(T, device=valid.device)
-    query = cols[T - S:]  # [S]
-    causal = cols[None, :] <= query[:, None]  # [S, T]
-    return ((causal[None] & valid[:, None, :]) | (cols[None, None, :] == query[None, :, None]))[:, None]
-
-
-def _place(cache, held, first, count, T: int) -> None:
-    """cache[:, b, :, first[b] + j] = held[:, b, :, j] for j < count[b], in one gather (cache [layers, B, kv, L, D],
-    held [layers, B, kv, n, D]); other columns are left as they are."""
-    layers, B, kv, _, D = cache.shape
-    rel = torch.arange(T, device=cache.device)[None] - first[:, None]  # [B, T]
-    inside = (rel >= 0) & (rel < count[:, None])
-    index = rel.clamp(0, held.shape[3] - 1)[None, :, None, :, None].expand(layers, B, kv, T, D)
-    cache[:, :, :, :T] = torch.where(inside[None, :, None, :, None], held.gather(3, index), cache[:, :, :, :T])
-
-
-class _Fused:
-    """The sampling weight of one or more linear layers stacked by rows (q|k|v, gate|up), each part rewritten
-    from its base weight plus its current LoRA delta on `refresh` (live weights when there is no adapter)."""
-
-    def __init__(self, modules):
-        self.parts = []
-        for m in modules:
-            lora = hasattr(m, "base_layer") and hasattr(m, "lora_A") and len(m.lora_A) > 0
-            base = m.base_layer if lora else m
-            self.parts.append((m, base, lora))
-        bases = [b for _, b, _ in self.parts]
-        self.weight = torch.cat([b.weight.detach() for b in bases], 0).clone()  # [sum out, in]
-        has_bias = [b.bias is not None for b in bases]
-        self.bias = None
-        if any(has_bias):
-            self.bias = torch.cat([b.bias.detach() if b.bias is not None else
-                                   torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
-                                   for b in bases]).clone()
-
-    def make_slots(self, n: int) -> None:
-        """Slot mode: the weight stays the base weight (the base's own tensor when there is one part), and room is
-        made for `n` adapters side by side, applied per row by `_linear`: a [in, n * rank] holds slot j's A (every
-        part's, side by side) in columns j * rank ..., b [n * rank, out] its scale * B in the same rows, each part
-        in its own output columns (zeros elsewhere)."""
-        if len(self.parts) == 1:
-            self.weight = self.parts[0][1].weight.detach()
-        ranks = [m.lora_A[_only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
-        self.a = self.b = None
-        self.rank = sum(ranks)
-        if ranks:
-            n_in, n_out, dt = self.weight.shape[1], self.weight.shape[0], self.weight.dtype
-            self.a = torch.zeros(n_in, n * self.rank, device=self.weight.device, dtype=dt)
-            self.b = torch.zeros(n * self.rank, n_out, device=self.weight.device, dtype=dt)
-
-    @torch.no_grad()
-    def store(self, slot: int) -> None:
-        """Copy the live adapter into slot `slot` (a no-op for a group without LoRA)."""
-        if self.a is None:
-            return
-        row, col = 0, slot * self.rank
-        for m, base, lora in self.parts:
-            n = base.weight.shape[0]
-            if lora:
-                name = _only_adapter(m)
-                a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, in], [out, r]
-                r = a.shape[0]
-                self.a[:, col:col + r].copy_(a.t())
-                self.b[col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
-                col += r
-            row += n
-
-    def slot_lora(self, masks: dict):
-        """(A, B, the rows' mask for this group's rank) for `_linear`, or None for a group without LoRA."""
-        return None if self.a is None else (self.a, self.b, masks[self.rank])
-
-    @torch.no_grad()
-    def refresh(self):
-        row = 0
-        for m, base, lora in self.parts:
-            n = base.weight.shape[0]
-            if lora:
-                merged = base.weight.float()
-                for name in m.active_adapters:
-                    if name in m.lora_A:
-                        delta = m.lora_B[name].weight.float() @ m.lora_A[name].weight.float()
-                        merged = merged + m.scaling[name] * delta
-                self.weight[row:row + n].copy_(merged)
-            else:
-                self.weight[row:row + n].copy_(base.weight)
-            if self.bias is not None and base.bias is not None:
-                self.bias[row:row + n].copy_(base.bias)
-            row += n
-
-
-def _only_adapter(module) -> str:
-    names = [n for n in module.active_adapters if n in module.lora_A]
-    if len(names) != 1:
-        raise ValueError(f"slot mode reads one active LoRA adapter per layer; this layer has {names}")
-    return names[0]
-
-
 class StaticEngine:
     """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring).
 
     `slots` > 0 turns on slot mode, for several policies over one frozen base: the engine samples with the base
     weights and holds `slots` LoRA adapters, each copied in from the live adapter by `store_adapter(j)`;
     `generate(..., adapters=[...])` reads each row through the adapter its entry names (None: the base alone),
-    so several runs' chats, or a learner's and its base partner's, share every decode step (`_linear`);
+    so several runs' chats, or a learner's and its base partner's, share every decode step (`fast_layers.linear`);
     `slots=n` is short for n equal contiguous blocks, block j through adapter j. LoRA models only."""
 
     share_prefixes = True
@@ -369,18 +133,18 @@ class StaticEngine:
         if slots and hasattr(head, "lora_A"):
             raise ValueError("slot mode does not support a LoRA adapter on the output head; leave lm_head out "
                              "of model.lora_targets")
-        self.head = _Fused([head]) if hasattr(head, "lora_A") else None
+        self.head = layers.Fused([head]) if hasattr(head, "lora_A") else None
         self.head_weight = head.weight
         self.layers = []
         for layer in inner.layers:
             at, mlp = layer.self_attn, layer.mlp
             self.layers.append({
                 "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "qkv": _Fused([at.q_proj, at.k_proj, at.v_proj]), "o": _Fused([at.o_proj]),
-                "gate_up": _Fused([mlp.gate_proj, mlp.up_proj]), "down": _Fused([mlp.down_proj]),
+                "qkv": layers.Fused([at.q_proj, at.k_proj, at.v_proj]), "o": layers.Fused([at.o_proj]),
+                "gate_up": layers.Fused([mlp.gate_proj, mlp.up_proj]), "down": layers.Fused([mlp.down_proj]),
             })
             if slots:
-                for key in GROUPS:
+                for key in layers.GROUPS:
                     self.layers[-1][key].make_slots(slots)
         self._stamp = None
         self.shared_tokens = 0
@@ -394,7 +158,7 @@ class StaticEngine:
         # length symbolic, instead of once per length (which would reach dynamo's recompile limit and fall back
         # to eager over a run's many view lengths).
         self.compiled = self.device.type == "cuda" if compile is None else compile
-        self._decode = torch.compile(_decode_layer) if self.compiled else _decode_layer
+        self._decode = torch.compile(layers.decode_layer) if self.compiled else layers.decode_layer
         # The decode step's attention: the Triton kernel where it runs (`decode_attention`), else the layer's
         # portable matmul/SDPA path. Around the kernel, the layer's two halves are compiled apart.
         runs = decode_attention.available(self.device, self.head_dim)
@@ -402,14 +166,14 @@ class StaticEngine:
         if self.attention_kernel and not runs:
             raise ValueError("attention_kernel=True needs Triton, a CUDA device (or TRITON_INTERPRET=1) and a "
                              f"power-of-two head dimension of at least 16 (this model's: {self.head_dim})")
-        self._decode_halves = ((torch.compile(_decode_qkv), torch.compile(_decode_out)) if self.compiled
-                               else (_decode_qkv, _decode_out))
+        self._decode_halves = ((torch.compile(layers.decode_qkv), torch.compile(layers.decode_out)) if self.compiled
+                               else (layers.decode_qkv, layers.decode_out))
         # Prefill runs without a graph (its shapes change every call); its element-wise passes over [B, S, H]
         # and [B, S, 2I] blocks (norms, rotary, SwiGLU) are fused by compiling the blocks around attention, with
         # dynamic shapes (one compilation serves every call). Attention and the cache writes stay eager:
         # compiled, their mask and K/V preparation became slower kernels than the eager ones (measured on an H200).
-        self._blocks = ((torch.compile(_qkv, dynamic=True), torch.compile(_mlp_out, dynamic=True)) if self.compiled
-                        else (_qkv, _mlp_out))
+        self._blocks = ((torch.compile(layers.qkv, dynamic=True), torch.compile(layers.mlp_out, dynamic=True)) if self.compiled
+                        else (layers.qkv, layers.mlp_out))
         # All graphs draw their scratch memory from one pool: calls never overlap and every graph's results are
         # copied into its own static buffers, so scratch blocks can be shared.
         self.graph_pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
@@ -430,7 +194,7 @@ class StaticEngine:
             return
         self._stamp = stamp
         for layer in self.layers:
-            for key in GROUPS:
+            for key in layers.GROUPS:
                 layer[key].refresh()
         if self.head is not None:
             self.head.refresh()
@@ -452,7 +216,7 @@ class StaticEngine:
         if not 0 <= slot < self.slots:
             raise ValueError(f"slot {slot} is outside this engine's {self.slots} slots")
         for layer in self.layers:
-            for key in GROUPS:
+            for key in layers.GROUPS:
                 layer[key].store(slot)
 
     def _lora(self, masks: dict) -> list:
@@ -460,7 +224,7 @@ class StaticEngine:
         per rank); Nones outside slot mode."""
         if not self.slots:
             return [None] * len(self.layers)
-        return [tuple(w[key].slot_lora(masks) for key in GROUPS) for w in self.layers]
+        return [tuple(w[key].slot_lora(masks) for key in layers.GROUPS) for w in self.layers]
 
     def _set_rows(self, masks: dict, adapters: list[int | None]) -> None:
         """Write each row's slot (None: the base, no adapter) into `masks` (a graph state's, read by its graph)."""
@@ -483,9 +247,9 @@ class StaticEngine:
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
         for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
-            x = _prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
+            x = layers.prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
                                **self._dims(), lora=lora)
-        return _rms(x[:, -1], self.norm, self.eps)  # [B, H]
+        return layers.rms(x[:, -1], self.norm, self.eps)  # [B, H]
 
     def _prefill_runs(self, s, prompts, plan, first, adapters) -> None:
         """Read each group's shared run once (a batch of the groups' leaders) and copy its K/V into every member's
@@ -502,7 +266,7 @@ class StaticEngine:
             self._set_rows(masks, [adapters[row] for row in plan.leaders])
             lora = self._lora(masks)
         real = bmask.bool()
-        self._prefill(ids, (bmask.cumsum(-1) - 1).clamp(min=0), k, v, _block_mask(real, P), real, {"lora": lora})
+        self._prefill(ids, (bmask.cumsum(-1) - 1).clamp(min=0), k, v, layers.block_mask(real, P), real, {"lora": lora})
         first = first.tolist()
         for row, (g, n) in enumerate(zip(plan.group, plan.shared)):
             if g >= 0:  # the run sits at the right end of the leaders' block: columns P - runs[g] ..
@@ -562,7 +326,7 @@ class StaticEngine:
             qkv, out = self._decode_halves
             filled = s["col"] + 1  # [1]
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
-                lora_qkv, lora_out = _split(lora)
+                lora_qkv, lora_out = layers.split_lora(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
                 a = decode_attention.attend(q, s["k"][i], s["v"][i], s["valid"], filled)  # [B, Hkv, G, D]
@@ -573,7 +337,7 @@ class StaticEngine:
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
                                  s["col"], mask, **self._dims(), lora=lora)
-        tok, logp = self._pick(_rms(x[:, -1], self.norm, self.eps))
+        tok, logp = self._pick(layers.rms(x[:, -1], self.norm, self.eps))
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
             s["done"].logical_or_(torch.isin(tok, self.stop))
@@ -593,7 +357,7 @@ class StaticEngine:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
         s["graph"] = None
-        ranks = {w[key].rank for w in self.layers for key in GROUPS if self.slots and w[key].a is not None}
+        ranks = {w[key].rank for w in self.layers for key in layers.GROUPS if self.slots and w[key].a is not None}
         s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype) for r in ranks}
         s["lora"] = self._lora(s["masks"])  # built once per state: prefill and every decode step read it
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
@@ -668,7 +432,7 @@ class StaticEngine:
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
         # cache, or its first `plan.shared[i]` from its group's run; the rest (a left-padded block of S columns
         # ending at T) goes through the layers.
-        reuse = _reusable(session, prompts)
+        reuse = layers.reusable(session, prompts)
         plan = prefixes.plan(prompts, reuse, adapters) if self.share_prefixes else None
         known = [r + n for r, n in zip(reuse, plan.shared)] if plan else reuse
         lengths = torch.tensor([len(p) for p in prompts], device=dev)
@@ -679,7 +443,7 @@ class StaticEngine:
         if any(reuse):
             session.reused_tokens += sum(reuse)
             for key in ("k", "v"):
-                _place(s[key], getattr(session, key), first, torch.tensor(reuse, device=dev), T)
+                layers.place(s[key], getattr(session, key), first, torch.tensor(reuse, device=dev), T)
         if session is not None:
             # The held K/V are in the pool now (or of no use): free them before prefill and decode, which
             # would otherwise run with the copy's old cache in memory beside the pool (8 GB at 300 chats).
@@ -691,7 +455,7 @@ class StaticEngine:
         s["valid"].zero_()
         s["valid"][:, :T] = cols[None] >= first[:, None]
         s["done"].zero_()
-        pmask = _block_mask(s["valid"][:, :T], S)  # [B, 1, S, T]
+        pmask = layers.block_mask(s["valid"][:, :T], S)  # [B, 1, S, T]
         tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool(), s))
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
@@ -719,5 +483,5 @@ class StaticEngine:
             self.last_logprobs = s["logp"][:, :made].clone()
         rows = rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
         if session is not None and session.keep:
-            _hold(session, s, prompts, rows, T)
+            layers.hold(session, s, prompts, rows, T)
         return rows

@@ -1,0 +1,253 @@
+"""The static engine's layer math: a Qwen2/Llama-style decoder layer as plain tensor functions, and the weights
+and KV bookkeeping they read (`fast_engine.StaticEngine` drives them).
+
+- **Prefill** (`prefill_layer`) runs a left-padded block of new tokens through a layer, writing their K/V into a
+  static cache and attending over everything the row holds; **decode** (`decode_layer`, or `decode_qkv` and
+  `decode_out` around the Triton kernel of `decode_attention`) runs one new token per row against the cache. Both
+  are pure tensor work with static shapes, so a decode step can be captured in a CUDA graph and a layer compiled.
+- **Weights** (`Fused`): q|k|v and gate|up stacked into one matmul each, rewritten from the base weight and its
+  LoRA delta; in slot mode the base weight stays and n adapters sit side by side, applied per row by `linear`.
+- **KV bookkeeping between calls**: what a session already holds for a row (`reusable`), keeping a call's K/V
+  for the copy's next turn (`hold`), and placing held K/V in front of new tokens (`place`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+GROUPS = ("qkv", "o", "gate_up", "down")
+"""A layer's sampling weights: q|k|v and gate|up stacked, o and down alone (`Fused`)."""
+
+
+def rms(x, w, eps):
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return w * x.to(dtype)
+
+
+def rotate(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def linear(x, w, b=None, lora=None):
+    """`F.linear`, plus, in slot mode, each row's own LoRA term. x [B, T, in]; lora (A [in, n*r], B [n*r, out],
+    mask [B, 1, n*r]) or None: the n slots' adapters side by side (the scale folded into B), and per row a mask
+    that keeps only its slot's r columns (all zeros for a row of the base). One matmul pair serves every row,
+    whatever the rows' slots and however many rows each has."""
+    y = F.linear(x, w, b)
+    if lora is None:
+        return y
+    a, b_up, mask = lora
+    return y + ((x @ a) * mask) @ b_up
+
+
+def split_lora(lora):
+    """A layer's four slot adapters (in `GROUPS` order) -> (q|k|v's, the other three), or (None, None)."""
+    return (lora[0], lora[1:]) if lora is not None else (None, None)
+
+
+def qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora=None):
+    """Normed input -> rotated q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D] (one fused matmul).
+    `lora`: the q|k|v slot adapters (see `linear`), or None."""
+    B, T, _ = x.shape
+    qkv = linear(rms(x, ln1, eps), w_qkv, b_qkv, lora)
+    q, k, v = qkv.split([n_heads * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
+    q = q.view(B, T, n_heads, head_dim).transpose(1, 2)
+    k = k.view(B, T, n_kv, head_dim).transpose(1, 2)
+    v = v.view(B, T, n_kv, head_dim).transpose(1, 2)
+    cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
+    return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin, v
+
+
+def mlp_out(x, attn, ln2, w_o, w_gu, w_down, eps, lora=None):
+    """Residual attention output, then the residual SwiGLU MLP (gate and up in one matmul). `lora`: the slot
+    adapters of o, gate|up and down (see `linear`), or None."""
+    o, gu, down = lora if lora is not None else (None, None, None)
+    x = x + linear(attn, w_o, None, o)
+    gate, up = linear(rms(x, ln2, eps), w_gu, None, gu).chunk(2, dim=-1)
+    return x + linear(F.silu(gate) * up, w_down, None, down)
+
+
+def decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads: int, n_kv: int, head_dim: int,
+                eps: float, lora=None):
+    """The new token's q [B, Hkv, G, D], its K/V written into cache column `col`. x [B, 1, H]; caches
+    [B, Hkv, L, D]. The G query heads that share a KV head become G query rows of that head (HF's layout: query
+    head h reads KV head h // G), so attention never copies K/V per query head."""
+    B = x.shape[0]
+    q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora)
+    k_cache.index_copy_(2, col, k)
+    v_cache.index_copy_(2, col, v)
+    return q.reshape(B, n_kv, n_heads // n_kv, head_dim)
+
+
+def decode_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, col, mask,
+                  n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
+    """One layer for one new token per row, portable attention (the engine uses `decode_attention` instead
+    where Triton runs). x [B, 1, H]; caches [B, Hkv, L, D]; mask [B, 1, 1, L] bool; lora: the layer's four slot
+    adapters (q|k|v, o, gate|up, down) or None."""
+    lora_qkv, lora_out = split_lora(lora)
+    q = decode_qkv(x, cos, sin, ln1, w_qkv, b_qkv, k_cache, v_cache, col, n_heads, n_kv, head_dim, eps, lora_qkv)
+    if q.is_cuda:
+        # Two matmuls and a masked softmax, which torch.compile fuses: for one query row per head the SDPA
+        # kernels are launch-heavy (on an H200 they were a quarter of the step, which ran 24% slower with them).
+        scores = torch.matmul(q, k_cache.transpose(-1, -2)).float() * head_dim ** -0.5  # [B, Hkv, G, L]
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
+        a = torch.matmul(probs, v_cache)  # [B, Hkv, G, D]
+    else:  # on a CPU, eager, SDPA's fused kernel is the faster one (3.6 against 4.6 ms a step, micro model)
+        a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G, D]
+    return decode_out(x, a, ln2, w_o, w_gu, w_down, eps, lora_out)
+
+
+def decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float, lora=None):
+    """The rest of a decode layer after attention: a [B, Hkv, G, D] -> the layer's output [B, 1, H]."""
+    return mlp_out(x, a.reshape(x.shape[0], 1, -1), ln2, w_o, w_gu, w_down, eps, lora)
+
+
+def prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
+                   qkv, mlp_out, n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
+    """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; writes the
+    real tokens' K/V (`real` [B, S] bool) into cache columns T-S..T-1, leaving a row's padding columns alone
+    (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool. `qkv` and
+    `mlp_out` are `qkv` and `mlp_out`, or compiled versions of them; lora as in `decode_layer`."""
+    B, S, _ = x.shape
+    T = mask.shape[-1]
+    lora_qkv, lora_out = split_lora(lora)
+    q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora_qkv)
+    keep = real[:, None, :, None]  # [B, 1, S, 1]
+    k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
+    v_cache[:, :, T - S:T].copy_(torch.where(keep, v, v_cache[:, :, T - S:T]))
+    group = n_heads // n_kv
+    keys, values = k_cache[:, :, :T], v_cache[:, :, :T]
+    # K/V copied per query head: reading the cache in place instead (a KV head's G query heads as G*S query rows,
+    # the mask tiled to match) was slower on an H200, 276 against 258 ms for 32 views of 1,100 tokens (branch
+    # prefill-gqa, bench/gpu_shared.py): SDPA's masked kernel pays for the larger mask more than for the copies.
+    if group > 1:
+        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+    a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, D]
+    return mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps, lora_out)
+
+
+def reusable(session, prompts: list[list[int]]) -> list[int]:
+    """Per row, how many leading prompt tokens the session's cache already holds (0: read the whole prompt).
+    At least one token is always left to read: the next token is predicted from the last one's state."""
+    if session is None or session.ids is None or len(session.ids) != len(prompts):
+        return [0] * len(prompts)
+    return [len(h) if 0 < len(h) < len(p) and p[:len(h)] == h else 0 for p, h in zip(prompts, session.ids)]
+
+
+def hold(session, s, prompts, rows, T: int) -> None:
+    """Keep each row's prompt and message, minus the message's last token (never fed back, so it has no keys
+    or values), with their K/V: prompt i sits in columns T - len(p_i) .. T-1, message token j was fed at T + j."""
+    held = [p + r[:-1] for p, r in zip(prompts, rows)]
+    n = max(len(h) for h in held)
+    layers, B, kv, L, D = s["k"].shape
+    first = torch.tensor([T - len(p) for p in prompts], device=s["k"].device)
+    cols = (first[:, None] + torch.arange(n, device=first.device)[None]).clamp(max=L - 1)  # [B, n]
+    index = cols[None, :, None, :, None].expand(layers, B, kv, n, D)
+    # Columns past a row's own length hold whatever the pool held: never read, as `reusable` stops at len(ids).
+    session.ids, session.k, session.v = held, s["k"].gather(3, index), s["v"].gather(3, index)
+
+
+def block_mask(valid, S: int):
+    """The prefill mask [B, 1, S, T] of a left-padded block of S new tokens ending at column T (valid [B, T] bool:
+    the columns that hold a real token): causal over real tokens, and a padding query attends to itself so that
+    no row is all -inf (NaN)."""
+    T = valid.shape[1]
+    cols = torch.arange(T, device=valid.device)
+    query = cols[T - S:]  # [S]
+    causal = cols[None, :] <= query[:, None]  # [S, T]
+    return ((causal[None] & valid[:, None, :]) | (cols[None, None, :] == query[None, :, None]))[:, None]
+
+
+def place(cache, held, first, count, T: int) -> None:
+    """cache[:, b, :, first[b] + j] = held[:, b, :, j] for j < count[b], in one gather (cache [layers, B, kv, L, D],
+    held [layers, B, kv, n, D]); other columns are left as they are."""
+    layers, B, kv, _, D = cache.shape
+    rel = torch.arange(T, device=cache.device)[None] - first[:, None]  # [B, T]
+    inside = (rel >= 0) & (rel < count[:, None])
+    index = rel.clamp(0, held.shape[3] - 1)[None, :, None, :, None].expand(layers, B, kv, T, D)
+    cache[:, :, :, :T] = torch.where(inside[None, :, None, :, None], held.gather(3, index), cache[:, :, :, :T])
+
+
+class Fused:
+    """The sampling weight of one or more linear layers stacked by rows (q|k|v, gate|up), each part rewritten
+    from its base weight plus its current LoRA delta on `refresh` (live weights when there is no adapter)."""
+
+    def __init__(self, modules):
+        self.parts = []
+        for m in modules:
+            lora = hasattr(m, "base_layer") and hasattr(m, "lora_A") and len(m.lora_A) > 0
+            base = m.base_layer if lora else m
+            self.parts.append((m, base, lora))
+        bases = [b for _, b, _ in self.parts]
+        self.weight = torch.cat([b.weight.detach() for b in bases], 0).clone()  # [sum out, in]
+        has_bias = [b.bias is not None for b in bases]
+        self.bias = None
+        if any(has_bias):
+            self.bias = torch.cat([b.bias.detach() if b.bias is not None else
+                                   torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
+                                   for b in bases]).clone()
+
+    def make_slots(self, n: int) -> None:
+        """Slot mode: the weight stays the base weight (the base's own tensor when there is one part), and room is
+        made for `n` adapters side by side, applied per row by `linear`: a [in, n * rank] holds slot j's A (every
+        part's, side by side) in columns j * rank ..., b [n * rank, out] its scale * B in the same rows, each part
+        in its own output columns (zeros elsewhere)."""
+        if len(self.parts) == 1:
+            self.weight = self.parts[0][1].weight.detach()
+        ranks = [m.lora_A[only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
+        self.a = self.b = None
+        self.rank = sum(ranks)
+        if ranks:
+            n_in, n_out, dt = self.weight.shape[1], self.weight.shape[0], self.weight.dtype
+            self.a = torch.zeros(n_in, n * self.rank, device=self.weight.device, dtype=dt)
+            self.b = torch.zeros(n * self.rank, n_out, device=self.weight.device, dtype=dt)
+
+    @torch.no_grad()
+    def store(self, slot: int) -> None:
+        """Copy the live adapter into slot `slot` (a no-op for a group without LoRA)."""
+        if self.a is None:
+            return
+        row, col = 0, slot * self.rank
+        for m, base, lora in self.parts:
+            n = base.weight.shape[0]
+            if lora:
+                name = only_adapter(m)
+                a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, in], [out, r]
+                r = a.shape[0]
+                self.a[:, col:col + r].copy_(a.t())
+                self.b[col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
+                col += r
+            row += n
+
+    def slot_lora(self, masks: dict):
+        """(A, B, the rows' mask for this group's rank) for `linear`, or None for a group without LoRA."""
+        return None if self.a is None else (self.a, self.b, masks[self.rank])
+
+    @torch.no_grad()
+    def refresh(self):
+        row = 0
+        for m, base, lora in self.parts:
+            n = base.weight.shape[0]
+            if lora:
+                merged = base.weight.float()
+                for name in m.active_adapters:
+                    if name in m.lora_A:
+                        delta = m.lora_B[name].weight.float() @ m.lora_A[name].weight.float()
+                        merged = merged + m.scaling[name] * delta
+                self.weight[row:row + n].copy_(merged)
+            else:
+                self.weight[row:row + n].copy_(base.weight)
+            if self.bias is not None and base.bias is not None:
+                self.bias[row:row + n].copy_(base.bias)
+            row += n
+
+
+def only_adapter(module) -> str:
+    names = [n for n in module.active_adapters if n in module.lora_A]
+    if len(names) != 1:
+        raise ValueError(f"slot mode reads one active LoRA adapter per layer; this layer has {names}")
+    return names[0]
