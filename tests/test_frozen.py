@@ -89,27 +89,8 @@ def test_a_partner_that_is_no_folder_fails_in_one_line(tmp_path):
         make_config("tiny", {"train": {"snapshot_every": 0}})
 
 
-def test_a_lora_runs_base_partner_samples_in_the_learners_own_engine_one_call_a_turn(tmp_path, monkeypatch):
-    from talktosolve import fast_engine
-
-    calls = []
-    real = fast_engine.StaticEngine.generate
-
-    def counting(self, prompts, *args, **kwargs):
-        calls.append(kwargs.get("adapters"))
-        return real(self, prompts, *args, **kwargs)
-
-    monkeypatch.setattr(fast_engine.StaticEngine, "generate", counting)
-    extra = ["model.finetune=lora", "model.lora_r=4", "train.partners=0.5", "train.steps=2", "train.lr=1e-2"]
-    assert _train(tmp_path / "run", extra) == 0
-    assert len(calls) == 2 * 4, "one call a turn: the learner's rows and the base partner's together"
-    assert all(rows is not None and 0 in rows for rows in calls)
-    assert any(None in rows for rows in calls), "some rows sampled by the base alone"
-    rows = read_jsonl(tmp_path / "run" / "transcripts.jsonl")
-    assert sum(r["partner_seat"] is not None for r in rows) == len(rows) // 2
-
-
 def _count_calls(monkeypatch):
+    """Each StaticEngine call's `adapters=` (a row's slot, None for the base), in order."""
     from talktosolve import fast_engine
 
     calls = []
@@ -121,6 +102,17 @@ def _count_calls(monkeypatch):
 
     monkeypatch.setattr(fast_engine.StaticEngine, "generate", counting)
     return calls
+
+
+def test_a_lora_runs_base_partner_samples_in_the_learners_own_engine_one_call_a_turn(tmp_path, monkeypatch):
+    calls = _count_calls(monkeypatch)
+    extra = ["model.finetune=lora", "model.lora_r=4", "train.partners=0.5", "train.steps=2", "train.lr=1e-2"]
+    assert _train(tmp_path / "run", extra) == 0
+    assert len(calls) == 2 * 4, "one call a turn: the learner's rows and the base partner's together"
+    assert all(rows is not None and 0 in rows for rows in calls)
+    assert any(None in rows for rows in calls), "some rows sampled by the base alone"
+    rows = read_jsonl(tmp_path / "run" / "transcripts.jsonl")
+    assert sum(r["partner_seat"] is not None for r in rows) == len(rows) // 2
 
 
 def test_a_lora_runs_snapshot_partner_samples_in_its_own_slot_of_the_learners_engine(tmp_path, monkeypatch):
