@@ -1,4 +1,4 @@
-"""GPU benchmark of the paper preset's shape (issues 2 and 7), in one process, on one GPU.
+"""GPU benchmark of the paper preset's shape, in one process, on one GPU.
 
 A random-init model built from the real Qwen2.5-1.5B-Instruct config (bf16, sdpa) with the real tokenizer;
 message lengths are forced to their maximum (random text never stops). Measured side by side:

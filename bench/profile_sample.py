@@ -1,4 +1,4 @@
-"""Kernel-level profile of the fast engine at the paper shape (issue 7): prefill and decode, timed and traced.
+"""Kernel-level profile of the fast engine at the paper shape: prefill and decode, timed and traced.
 
 A random-init model from the given config (bf16, LoRA r=32 as the preset trains it), 32 rows as in a train
 step's turn. Times prefill (one new token) and decode (per step, from a 129-token call minus a 1-token call)
