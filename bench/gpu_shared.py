@@ -241,7 +241,8 @@ def main():
         "evaluations": n_evals, "eval_one_at_a_time_gpu_minutes": minutes(alone_s),
         "eval_together_gpu_minutes": minutes(together_s), "seed_gpu_minutes": 567.8,
         "step_speedup_per_run": args.runs * one["seconds"] / shared["seconds"] if one else None,
-        "shared_step_whole_prompts_over_shared_runs": res["steps"]["shared_whole_prompts"]["seconds"] / shared["seconds"]}
+        "shared_step_whole_prompts_over_shared_runs":
+            res["steps"]["shared_whole_prompts"]["seconds"] / shared["seconds"]}
     save()
     print(f"\n{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}{'whole prompts':>16}")
     for r in res.get("decode", []):

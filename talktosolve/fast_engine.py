@@ -172,8 +172,8 @@ class StaticEngine:
         # and [B, S, 2I] blocks (norms, rotary, SwiGLU) are fused by compiling the blocks around attention, with
         # dynamic shapes (one compilation serves every call). Attention and the cache writes stay eager:
         # compiled, their mask and K/V preparation became slower kernels than the eager ones (measured on an H200).
-        self._blocks = ((torch.compile(layers.qkv, dynamic=True), torch.compile(layers.mlp_out, dynamic=True)) if self.compiled
-                        else (layers.qkv, layers.mlp_out))
+        blocks = (layers.qkv, layers.mlp_out)
+        self._blocks = tuple(torch.compile(b, dynamic=True) for b in blocks) if self.compiled else blocks
         # All graphs draw their scratch memory from one pool: calls never overlap and every graph's results are
         # copied into its own static buffers, so scratch blocks can be shared.
         self.graph_pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
@@ -247,8 +247,8 @@ class StaticEngine:
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
         for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
-            x = layers.prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real, *self._blocks,
-                               **self._dims(), lora=lora)
+            x = layers.prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real,
+                                     *self._blocks, **self._dims(), lora=lora)
         return layers.rms(x[:, -1], self.norm, self.eps)  # [B, H]
 
     def _prefill_runs(self, s, prompts, plan, first, adapters) -> None:
@@ -262,7 +262,7 @@ class StaticEngine:
         v = torch.zeros_like(k)
         lora = [None] * len(self.layers)
         if self.slots:
-            masks = {rank: torch.zeros(G, *m.shape[1:], device=m.device, dtype=m.dtype) for rank, m in s["masks"].items()}
+            masks = {rank: m.new_zeros(G, *m.shape[1:]) for rank, m in s["masks"].items()}
             self._set_rows(masks, [adapters[row] for row in plan.leaders])
             lora = self._lora(masks)
         real = bmask.bool()

@@ -22,6 +22,7 @@ Which chats seat the partner, and in which seat, is `partners.py`'s (pure); this
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 
 import torch
 
@@ -54,6 +55,13 @@ def partner_slots(cfg, roles) -> dict[str, int]:
     return {name: len({trained_weights(kind, seat) for seat in seats}) for name, seats in roles}
 
 
+@torch.no_grad()
+def _copy_into(tensors: dict[str, torch.Tensor], source: dict[str, torch.Tensor]) -> None:
+    """tensors[n] = source[n] in place, for every name of `tensors`."""
+    for n, t in tensors.items():
+        t.copy_(source[n])
+
+
 class _Copy:
     """A snapshot sampled from a frozen copy of the learner's model: its trainable tensors are the copy's."""
 
@@ -62,16 +70,11 @@ class _Copy:
         mine = dict(self.frozen.named_parameters())
         self.tensors = {n: mine[n] for n, p in model.named_parameters() if p.requires_grad}
 
-    @torch.no_grad()
     def take(self, model) -> None:
-        for n, p in model.named_parameters():
-            if n in self.tensors:
-                self.tensors[n].copy_(p)
+        _copy_into(self.tensors, dict(model.named_parameters()))
 
-    @torch.no_grad()
     def put(self, tensors) -> None:
-        for n, value in tensors.items():
-            self.tensors[n].copy_(value)
+        _copy_into(self.tensors, tensors)
 
 
 class _Slot:
@@ -81,30 +84,37 @@ class _Slot:
         self.model, self.engine, self.slot = model, engine, slot
         self.tensors = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
-    @torch.no_grad()
     def take(self, model) -> None:
-        for n, p in model.named_parameters():
-            if n in self.tensors:
-                self.tensors[n].copy_(p)
+        _copy_into(self.tensors, dict(model.named_parameters()))
         self.engine.store_adapter(self.slot)  # the live weights are the snapshot now
 
     def put(self, tensors) -> None:
-        for n, value in tensors.items():
-            self.tensors[n].copy_(value)
+        _copy_into(self.tensors, tensors)
         store_in_slot(self.engine, self.model, self.tensors, self.slot)
+
+
+@contextmanager
+def _weights_kept(model):
+    """The model's trainable parameters by name, to overwrite for a while: on leaving, each is bit for bit
+    what it was on entering."""
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    live = {n: p.detach().clone() for n, p in params.items()}
+    try:
+        yield params
+    finally:
+        with torch.no_grad():
+            for n, value in live.items():
+                params[n].copy_(value)
 
 
 @torch.no_grad()
 def store_in_slot(engine, model, tensors: dict[str, torch.Tensor], slot: int) -> None:
     """Put `tensors` (trainable parameter name -> value) in the engine's slot `slot`, leaving the model's own
-    weights bit for bit as they were."""
-    params = {n: p for n, p in model.named_parameters() if n in tensors}
-    live = {n: p.detach().clone() for n, p in params.items()}
-    for n, value in tensors.items():
-        params[n].copy_(value)
-    engine.store_adapter(slot)
-    for n, value in live.items():
-        params[n].copy_(value)
+    weights as they were."""
+    with _weights_kept(model) as params:
+        for n, value in tensors.items():
+            params[n].copy_(value)
+        engine.store_adapter(slot)
 
 
 @torch.no_grad()
@@ -113,14 +123,10 @@ def _adapter_tensors(model, folder) -> dict[str, torch.Tensor]:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    live = {n: p.detach().clone() for n, p in params.items()}
-    set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors"),
-                                               device=str(next(iter(params.values())).device)))
-    theirs = {n: p.detach().clone() for n, p in params.items()}
-    for n, value in live.items():
-        params[n].copy_(value)
-    return theirs
+    with _weights_kept(model) as params:
+        device = str(next(iter(params.values())).device)
+        set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors"), device=device))
+        return {n: p.detach().clone() for n, p in params.items()}
 
 
 class FrozenPartner:

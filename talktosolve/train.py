@@ -232,10 +232,10 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     # partner's rows, and no second copy of the model.
     partner_rows = not shared and t.partners > 0 and in_learners_engines(cfg, model, roles)
     extra = partner_slots(cfg, roles) if partner_rows else {}
+    slots = {name: len(pending) if shared else (1 + extra[name] if partner_rows else 0) for name, _ in roles}
     engines = [make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
                            temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                           kind=cfg.chat.engine, slots=len(pending) if shared else (1 + extra[name] if partner_rows else 0))
-               for (name, _), m in zip(roles, models)]
+                           kind=cfg.chat.engine, slots=slots[name]) for (name, _), m in zip(roles, models)]
     for m, engine in zip(models, engines):
         compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
     # Each seat's learner (the shared one in every seat); runs sharing a process seat theirs each step.
