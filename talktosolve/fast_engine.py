@@ -442,8 +442,9 @@ class StaticEngine:
         first = T - lengths  # [B] column of each row's first prompt token
         if any(reuse):
             session.reused_tokens += sum(reuse)
+            count = torch.tensor(reuse, device=dev)  # [B]
             for key in ("k", "v"):
-                layers.place(s[key], getattr(session, key), first, torch.tensor(reuse, device=dev), T)
+                layers.place(s[key], getattr(session, key), first, count, T)
         if session is not None:
             # The held K/V are in the pool now (or of no use): free them before prefill and decode, which
             # would otherwise run with the copy's old cache in memory beside the pool (8 GB at 300 chats).
