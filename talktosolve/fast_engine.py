@@ -39,8 +39,9 @@ are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a
   weights and holds n LoRA adapters (`store_adapter(j)` copies the model's live adapter into slot j); a call
   names each row's slot (`adapters=`, None for the base alone): each projection adds
   `((x @ A) * mask) @ (scale * B)` to the base's output, the n adapters side by side in A and B and each row's
-  mask keeping only its own slot's columns (`fast_layers.linear`), so any mix of rows (several runs' chats; a learner's
-  and its frozen base partner's) is one batch. Decode is bound by reading the weights, so one step for n
+  mask keeping only its own slot's columns (`fast_layers.linear`; x @ A comes out of the base's matmul, A stacked
+  under the base weight, whose storage the engine takes over), so any mix of rows (several runs' chats; a
+  learner's and its frozen base partner's) is one batch. Decode is bound by reading the weights, so one step for n
   policies' rows costs far less than n steps (`train.runs_per_process`, `bench/gpu_shared.py`). The adapters
   are applied unmerged, as the learner applies them, so no merge is rounded into a weight.
 
@@ -357,7 +358,7 @@ class StaticEngine:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
         s["graph"] = None
-        ranks = {w[key].rank for w in self.layers for key in layers.GROUPS if self.slots and w[key].a is not None}
+        ranks = {w[key].rank for w in self.layers for key in layers.GROUPS if self.slots and w[key].b is not None}
         s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype) for r in ranks}
         s["lora"] = self._lora(s["masks"])  # built once per state: prefill and every decode step read it
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math

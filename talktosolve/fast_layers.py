@@ -6,7 +6,7 @@ and KV bookkeeping they read (`fast_engine.StaticEngine` drives them).
   `decode_out` around the Triton kernel of `decode_attention`) runs one new token per row against the cache. Both
   are pure tensor work with static shapes, so a decode step can be captured in a CUDA graph and a layer compiled.
 - **Weights** (`Fused`): q|k|v and gate|up stacked into one matmul each, rewritten from the base weight and its
-  LoRA delta; in slot mode the base weight stays and n adapters sit side by side, applied per row by `linear`.
+  LoRA delta; in slot mode the base weight stays, with n adapters' A stacked under it, applied per row by `linear`.
 - **KV bookkeeping between calls**: what a session already holds for a row (`reusable`), keeping a call's K/V
   for the copy's next turn (`hold`), and placing held K/V in front of new tokens (`place`).
 """
@@ -33,15 +33,18 @@ def rotate(x):
 
 
 def linear(x, w, b=None, lora=None):
-    """`F.linear`, plus, in slot mode, each row's own LoRA term. x [B, T, in]; lora (A [in, n*r], B [n*r, out],
-    mask [B, 1, n*r]) or None: the n slots' adapters side by side (the scale folded into B), and per row a mask
-    that keeps only its slot's r columns (all zeros for a row of the base). One matmul pair serves every row,
-    whatever the rows' slots and however many rows each has."""
+    """`F.linear`, plus, in slot mode, each row's own LoRA term. x [B, T, in]; lora (n_out, B [n*r, out],
+    mask [B, 1, n*r]) or None. In slot mode `w` [n_out + n*r, in] is the base weight with the n slots' A matrices
+    stacked under it (`Fused.make_slots`), so one matmul gives both the base output and every slot's x @ A; the
+    mask keeps only each row's own slot's r columns (all zeros for a row of the base), and one more matmul with
+    the slots' B side by side (the scale folded in) adds the rows' LoRA terms, whatever the rows' slots and
+    however many rows each has. A decode step is a chain of small kernels, so the A matmul costs its own launch
+    more than its reads: inside the base matmul it costs neither."""
     y = F.linear(x, w, b)
     if lora is None:
         return y
-    a, b_up, mask = lora
-    return y + ((x @ a) * mask) @ b_up
+    n_out, b_up, mask = lora
+    return y[..., :n_out] + (y[..., n_out:] * mask) @ b_up
 
 
 def split_lora(lora):
@@ -191,25 +194,40 @@ class Fused:
                                    torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
                                    for b in bases]).clone()
 
+    @torch.no_grad()
     def make_slots(self, n: int) -> None:
-        """Slot mode: the weight stays the base weight (the base's own tensor when there is one part), and room is
-        made for `n` adapters side by side, applied per row by `linear`: a [in, n * rank] holds slot j's A (every
-        part's, side by side) in columns j * rank ..., b [n * rank, out] its scale * B in the same rows, each part
-        in its own output columns (zeros elsewhere)."""
-        if len(self.parts) == 1:
-            self.weight = self.parts[0][1].weight.detach()
+        """Slot mode: room for `n` adapters, applied per row by `linear`. The weight becomes [out + n * rank, in]:
+        the base weight, then slot j's A (every part's, side by side) in rows out + j * rank ...; b [n * rank, out]
+        holds its scale * B in the same rows, each part in its own output columns (zeros elsewhere).
+
+        The base weight is frozen in a LoRA model, so the stacked weight takes over its storage: each part's base
+        layer reads a view of its rows (and its bias of the bias's), and the base is held once, not once by the
+        model and once by the engine."""
         ranks = [m.lora_A[only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
-        self.a = self.b = None
-        self.rank = sum(ranks)
-        if ranks:
-            n_in, n_out, dt = self.weight.shape[1], self.weight.shape[0], self.weight.dtype
-            self.a = torch.zeros(n_in, n * self.rank, device=self.weight.device, dtype=dt)
-            self.b = torch.zeros(n * self.rank, n_out, device=self.weight.device, dtype=dt)
+        self.rank, self.n_out, self.b = sum(ranks), self.weight.shape[0], None
+        if not ranks:
+            if len(self.parts) == 1:  # nothing to stack: read the base's own tensor
+                self.weight = self.parts[0][1].weight.detach()
+            return
+        n_in, dev, dt = self.weight.shape[1], self.weight.device, self.weight.dtype
+        stacked = torch.zeros(self.n_out + n * self.rank, n_in, device=dev, dtype=dt)
+        stacked[:self.n_out].copy_(self.weight)
+        bias = None if self.bias is None else torch.cat([self.bias, self.bias.new_zeros(n * self.rank)])
+        self.weight, self.bias = stacked, bias
+        self.b = torch.zeros(n * self.rank, self.n_out, device=dev, dtype=dt)
+        row = 0
+        for _, base, _ in self.parts:
+            rows = base.weight.shape[0]
+            if not base.weight.requires_grad:  # frozen: adopt its storage (a trained base keeps its own)
+                base.weight.data = stacked[row:row + rows]
+                if base.bias is not None and not base.bias.requires_grad:
+                    base.bias.data = bias[row:row + rows]
+            row += rows
 
     @torch.no_grad()
     def store(self, slot: int) -> None:
         """Copy the live adapter into slot `slot` (a no-op for a group without LoRA)."""
-        if self.a is None:
+        if self.b is None:
             return
         row, col = 0, slot * self.rank
         for m, base, lora in self.parts:
@@ -218,14 +236,15 @@ class Fused:
                 name = only_adapter(m)
                 a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, in], [out, r]
                 r = a.shape[0]
-                self.a[:, col:col + r].copy_(a.t())
+                self.weight[self.n_out + col:self.n_out + col + r].copy_(a)
                 self.b[col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
                 col += r
             row += n
 
     def slot_lora(self, masks: dict):
-        """(A, B, the rows' mask for this group's rank) for `linear`, or None for a group without LoRA."""
-        return None if self.a is None else (self.a, self.b, masks[self.rank])
+        """(the base's output width, B, the rows' mask for this group's rank) for `linear`, or None for a group
+        without LoRA."""
+        return None if self.b is None else (self.n_out, self.b, masks[self.rank])
 
     @torch.no_grad()
     def refresh(self):

@@ -373,6 +373,27 @@ def test_slot_mode_samples_any_mix_of_rows_each_through_its_slot_or_the_base_cpu
         slot.generate(batch, 9, adapters=[0, 1, 2, 0, 1, 0])  # no slot 2
 
 
+def test_slot_mode_holds_the_base_weights_once_and_leaves_the_model_unchanged():
+    model = _lora_model()
+    _set_adapter_weights(model, 0)
+    vocab = model.config.vocab_size
+    ids = torch.tensor(prompts(vocab, [7, 7], seed=4))
+    with torch.no_grad():
+        before = model(ids).logits
+    engine = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, slots=2)
+    for layer, w in zip(model.base_model.model.model.layers, engine.layers):
+        at = layer.self_attn
+        for name, group, module in (("q", "qkv", at.q_proj), ("k", "qkv", at.k_proj), ("v", "qkv", at.v_proj),
+                                    ("o", "o", at.o_proj), ("down", "down", layer.mlp.down_proj)):
+            base = module.base_layer
+            assert base.weight.untyped_storage().data_ptr() == w[group].weight.untyped_storage().data_ptr(), name
+            assert not base.weight.requires_grad
+        assert at.q_proj.base_layer.bias.untyped_storage().data_ptr() == w["qkv"].bias.untyped_storage().data_ptr()
+    engine.store_adapter(1)  # A goes in under the base rows, never over them
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, before)
+
+
 def test_slot_mode_refuses_what_it_cannot_do():
     engine = StaticEngine(_lora_model(), stop_ids=[96], pad_id=0, slots=2)
     batch = prompts(97, [4, 5, 6])
