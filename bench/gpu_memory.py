@@ -3,7 +3,8 @@ settings and under smaller memory knobs, on one GPU, in one process.
 
 A random-init model built from the real Qwen2.5-1.5B-Instruct config (bf16) with the real tokenizer; messages
 forced to their maximum lengths (160/160/384/384); every message trained (`random_model.stand_in_rewards`). For
-each setting (`--settings`: `name=microbatch_tokens/batch_chats`, comma-separated):
+each setting (`--settings`: `name=microbatch_tokens/batch_chats`, `/release` for train.release_sampler,
+comma-separated):
 
   step   the real train loop, --steps steps (steady = median of the steps after the first; peak = the largest
          perf/peak_gpu_gb: sampling and learning)
@@ -29,12 +30,12 @@ import torch
 from random_model import run_facts, save_random_model, stand_in_rewards
 
 
-def _settings(text: str) -> list[tuple[str, int, int]]:
+def _settings(text: str) -> list[tuple[str, int, int, bool]]:
     out = []
     for item in text.split(","):
         name, values = item.split("=")
-        tokens, chats = values.split("/")
-        out.append((name, int(tokens), int(chats)))
+        tokens, chats, *release = values.split("/")
+        out.append((name, int(tokens), int(chats), release == ["release"]))
     return out
 
 
@@ -48,7 +49,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (no peaks)")
     ap.add_argument("--set", action="append", default=[], help="extra SECTION.FIELD=VALUE overrides (smoke runs)")
     ap.add_argument("--settings", type=_settings, default=_settings("default=12288/128,24gb=6144/64,16gb=4096/32"),
-                    help="name=train.microbatch_tokens/eval.batch_chats, comma-separated")
+                    help="name=train.microbatch_tokens/eval.batch_chats[/release], comma-separated")
     args = ap.parse_args()
 
     from transformers import AutoConfig, AutoTokenizer
@@ -66,9 +67,10 @@ def main() -> None:
         save_random_model(config, tok, f"{tmp}/model", args.device)
         gpu = args.device == "cuda"
         peak = (lambda rows, key: max(r[key] for r in rows)) if gpu else (lambda rows, key: None)
-        for name, tokens, chats in args.settings:
+        for name, tokens, chats, release in args.settings:
             over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
-                    "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps, "microbatch_tokens": tokens},
+                    "data": {"gsm8k": args.gsm8k},
+                    "train": {"steps": args.steps, "microbatch_tokens": tokens, "release_sampler": release},
                     "eval": {"batch_chats": chats, "n_problems": args.eval_problems}, "device": args.device}
             over = merge_overrides(over, parse_overrides(args.set))
             cfg = make_config("paper", over)
@@ -88,7 +90,7 @@ def main() -> None:
             t0 = time.perf_counter()
             evaluate(cfg, test_set, Path(tmp) / f"eval-{name}", seats={"A": str(run)}, progress=False)
             eval_s = time.perf_counter() - t0
-            row = {"setting": name, "microbatch_tokens": tokens, "batch_chats": chats,
+            row = {"setting": name, "microbatch_tokens": tokens, "batch_chats": chats, "release_sampler": release,
                    "step_seconds": steady["perf/seconds"], "sample_seconds": steady["perf/sample_seconds"],
                    "learn_seconds": steady["perf/learn_seconds"],
                    "step_peak_gb": peak(rows, "perf/peak_gpu_gb"), "sample_peak_gb": peak(rows, "perf/peak_sample_gb"),

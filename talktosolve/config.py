@@ -130,6 +130,10 @@ class TrainConfig:
     still make full-size micro-batches. In the paper-shape step on an H200 (bench/gpu_step.py), 12288 learned
     in 1.42 s what two chats per micro-batch (the seed's setting) learned in 2.15 s, at a peak of 32.8 GB
     against 22.6 (`bench/results/gpu_step-h200-2026-12-01-c.json`). A memory knob too: the update is the same."""
+    release_sampler: bool = False
+    """Free the sampler's KV pool, CUDA graphs and merged weights between sampling and learning, so that the
+    learning phase can use their memory; the next step rebuilds them (a memory knob: the chats and the update
+    are the same). Runs sharing a process (`runs_per_process` > 1) always free the pool."""
     lr: float = 1e-4
     """AdamW learning rate (constant after warm-up)."""
     warmup_steps: int = 0

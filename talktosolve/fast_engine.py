@@ -200,11 +200,20 @@ class StaticEngine:
         if self.head is not None:
             self.head.refresh()
 
-    def release(self) -> None:
+    def release(self, weights: bool = False) -> None:
         """Free the KV pool and the graphs that read it, so that other work (the learner) can use the memory;
-        the next call allocates the pool and captures its graphs again (compiled code is kept)."""
+        the next call allocates the pool and captures its graphs again (compiled code is kept). `weights`: the
+        sampling weights too, outside slot mode (there they are the merged copies; in slot mode the base's own
+        storage); the next call rebuilds them from the model."""
         self.graphs.clear()
         self.pool = None
+        if weights and not self.slots:
+            for layer in self.layers:
+                for key in layers.GROUPS:
+                    layer[key].drop()
+            if self.head is not None:
+                self.head.drop()
+            self._stamp = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
             # A new scratch pool for the new graphs: the old one may outlive its graphs (the first capture of a

@@ -246,8 +246,16 @@ class Fused:
         without LoRA."""
         return None if self.b is None else (self.n_out, self.b, masks[self.rank])
 
+    def drop(self) -> None:
+        """Free the stacked weight until the next `refresh` (outside slot mode, where it is a copy)."""
+        self.weight = None
+
     @torch.no_grad()
     def refresh(self):
+        if self.weight is None:
+            bases = [b for _, b, _ in self.parts]
+            self.weight = torch.empty(sum(b.weight.shape[0] for b in bases), bases[0].weight.shape[1],
+                                      device=bases[0].weight.device, dtype=bases[0].weight.dtype)
         row = 0
         for m, base, lora in self.parts:
             n = base.weight.shape[0]

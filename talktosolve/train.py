@@ -288,6 +288,10 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
                 # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
                 engines[0].release()
+            elif t.release_sampler:
+                for engine in engines:
+                    if isinstance(engine, StaticEngine):
+                        engine.release(weights=True)
             sampled = time.perf_counter()
             peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if gpu else None
             per_run = len(chats) // len(active)
@@ -340,7 +344,8 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             raise TrainingError(
                 f"Step {step}: the GPU ran out of memory. Lower train.chats_per_microbatch "
                 f"(now {t.chats_per_microbatch}) or train.microbatch_tokens (now {t.microbatch_tokens}; 0 means "
-                "by chats), turn on model.gradient_checkpointing, lower train.problems_per_step or "
+                "by chats), turn on model.gradient_checkpointing or train.release_sampler, lower "
+                "train.problems_per_step or "
                 f"train.runs_per_process (now {t.runs_per_process}); rerun the same command to resume from the "
                 "last checkpoint."
             ) from e

@@ -394,6 +394,25 @@ def test_slot_mode_holds_the_base_weights_once_and_leaves_the_model_unchanged():
         assert torch.equal(model(ids).logits, before)
 
 
+def test_release_with_weights_frees_the_merged_copies_and_the_next_call_samples_the_same():
+    model = _lora_model()
+    _set_adapter_weights(model, 0)
+    vocab = model.config.vocab_size
+    batch = prompts(vocab, [5, 9, 6], seed=5)
+    engine = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True)
+    first = engine.generate(batch, 9)
+    engine.release(weights=True)
+    assert all(w[key].weight is None for w in engine.layers for key in ("qkv", "o", "gate_up", "down"))
+    assert not engine.graphs and engine.pool is None
+    assert engine.generate(batch, 9) == first
+    slot = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True, slots=1)
+    slot.store_adapter(0)
+    before = slot.generate(batch, 9, slots=1)
+    slot.release(weights=True)  # slot mode's weights are the base's own storage: they stay
+    assert all(w[key].weight is not None for w in slot.layers for key in ("qkv", "o", "gate_up", "down"))
+    assert slot.generate(batch, 9, slots=1) == before == first
+
+
 def test_slot_mode_refuses_what_it_cannot_do():
     engine = StaticEngine(_lora_model(), stop_ids=[96], pad_id=0, slots=2)
     batch = prompts(97, [4, 5, 6])

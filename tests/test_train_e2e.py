@@ -210,3 +210,28 @@ def test_step_problems_walk_seeded_epochs():
     epoch1 = step_problems(problems, 0, 1, 12)  # items 12..23
     assert straddle == epoch0[10:] + epoch1[:3]
     assert sorted(epoch1) == problems and epoch1 != epoch0, "each epoch is its own permutation"
+
+
+@pytest.mark.slow
+def test_release_sampler_frees_the_engine_each_step_and_trains_the_same_run(tiny_model_dir, tmp_path, monkeypatch):
+    import talktosolve.reward
+    from talktosolve.fast_engine import StaticEngine
+
+    monkeypatch.setattr(talktosolve.reward, "grade_many", odd_length_is_right)
+    plain, freed = tmp_path / "plain", tmp_path / "freed"
+    run_train(tiny_model_dir, plain, extra=["train.lr=1e-2"])
+    calls = []
+    real = StaticEngine.release
+
+    def counted(self, weights=False):
+        calls.append(weights)
+        real(self, weights)
+
+    monkeypatch.setattr(StaticEngine, "release", counted)
+    run_train(tiny_model_dir, freed, extra=["train.lr=1e-2", "train.release_sampler=true"])
+    assert calls.count(True) == 2, "one release with the weights after each step's sampling"
+    a = load_file(str(plain / "final" / "adapter_model.safetensors"))
+    b = load_file(str(freed / "final" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert without_times(read_jsonl(freed / "metrics.jsonl")) == without_times(read_jsonl(plain / "metrics.jsonl"))
+    assert read_jsonl(freed / "transcripts.jsonl") == read_jsonl(plain / "transcripts.jsonl")
