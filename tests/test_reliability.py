@@ -143,7 +143,8 @@ def test_gpu_out_of_memory_names_the_setting(tiny_model_dir, tmp_path, monkeypat
 
     monkeypatch.setattr(train_mod, "grpo_update", oom)
     assert main(train_args(tiny_model_dir, tmp_path / "run")) == 2
-    assert "train.chats_per_microbatch" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "train.chats_per_microbatch" in err and "train.release_sampler" in err
 
 
 def test_full_disk_leaves_no_partial_file(tmp_path, monkeypatch):
