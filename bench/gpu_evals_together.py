@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--together", type=int, default=6,
                     help="eval.batch_evals of the second stage (a pass holds this many x eval.batch_chats chats)")
+    ap.add_argument("--skip-alone", action="store_true",
+                    help="time only the stage played together (no one-at-a-time baseline, no equality check)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--set", action="append", default=[],
                     help="config override for every stage, a.b=value (a CPU smoke run shortens the messages)")
@@ -62,7 +64,7 @@ def main():
                    train_set, progress=False)
         res["train_seconds"] = time.perf_counter() - t0
         shutil.copytree(first / "runs", Path(tmp) / "together" / "runs")
-        for name, n in (("alone", 1), ("together", args.together)):
+        for name, n in [("alone", 1)] * (not args.skip_alone) + [("together", args.together)]:
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -76,15 +78,17 @@ def main():
                    "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None, "keys": keys}
             res["stages"].append(row)
             print({k: v for k, v in row.items() if k != "keys"}, flush=True)
-        alone, together = res["stages"]
-        res["same_evaluations"] = alone["keys"] == together["keys"]
-        res["speedup"] = alone["seconds"] / together["seconds"]
+        if not args.skip_alone:
+            alone, together = res["stages"]
+            res["same_evaluations"] = alone["keys"] == together["keys"]
+            res["speedup"] = alone["seconds"] / together["seconds"]
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(f"{'evaluations':<22}{'batch_evals':>12}{'seconds':>9}{'peak GB':>9}")
     for r in res["stages"]:
         print(f"{r['evaluations']:>3} {r['stage']:<18}{r['batch_evals']:>12}{r['seconds']:>9.1f}"
               f"{(r['peak_gb'] or 0):>9.1f}")
-    print(f"together / alone: {1 / res['speedup']:.3f} (same evaluations: {res['same_evaluations']})")
+    if "speedup" in res:
+        print(f"together / alone: {1 / res['speedup']:.3f} (same evaluations: {res['same_evaluations']})")
 
 
 if __name__ == "__main__":

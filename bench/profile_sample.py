@@ -5,7 +5,11 @@ step's turn. Times prefill (one new token) and decode (per step, from a 129-toke
 at two view lengths, with prefill's blocks around attention compiled (the default on CUDA) and eager, then prints
 the CUDA kernels of one replayed decode step and of one prefill. With `--compare attention`, the two engines
 are the decode attention kernel (`decode_attention`, the default where Triton runs) and the portable attention,
-and the decode step's kernels are printed for both. Writes JSON.
+and the decode step's kernels are printed for both. `--compare packed`: prefill's attention over packed rows
+through FlashAttention (`prefill_attention.Packed`, the default on CUDA) against SDPA over the masked block.
+`--compare autotune`: the decode step's compiled halves as the engine compiles them, and under inductor's
+max-autotune (Triton matmul templates benchmarked against cuBLAS); each engine's compile-and-capture time is
+recorded. Writes JSON.
 
     python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
 """
@@ -35,7 +39,7 @@ def main():
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--compare", choices=("prefill", "attention"), default="prefill")
+    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune"), default="prefill")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -57,18 +61,32 @@ def main():
     views = {n: [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(B)] for n in (600, 1100)}
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
     engines = {}
-    if args.compare == "prefill":
-        variants = (("compiled prefill blocks", None, None), ("eager prefill", (fl.qkv, fl.mlp_out), None))
-    else:
-        variants = (("attention kernel", None, True), ("portable attention", None, False))
-    for name, blocks, kernel in variants:
-        eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, attention_kernel=kernel)
+    autotuned = lambda: (torch.compile(fl.decode_qkv, mode="max-autotune-no-cudagraphs"),
+                         torch.compile(fl.decode_out, mode="max-autotune-no-cudagraphs"))
+    variants = {  # name: (engine options, the decode step's two compiled halves or None for the engine's own)
+        "prefill": (("compiled prefill blocks", {}, None), ("eager prefill", {"_blocks": (fl.qkv, fl.mlp_out)}, None)),
+        "attention": (("attention kernel", {"attention_kernel": True}, None),
+                      ("portable attention", {"attention_kernel": False}, None)),
+        "packed": (("packed prefill (flash varlen)", {"packed_prefill": True}, None),
+                   ("masked prefill (SDPA)", {"packed_prefill": False}, None)),
+        "autotune": (("decode compiled (default)", {}, None),
+                     ("decode compiled max-autotune", {}, autotuned)),
+    }[args.compare]
+    for name, options, halves in variants:
+        options = dict(options)
+        blocks = options.pop("_blocks", None)
+        eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, **options)
         if blocks is not None:
             eng._blocks = blocks
+        if halves is not None:
+            eng._decode_halves = halves()
         engines[name] = eng
+        t0 = time.perf_counter()
         gen = torch.Generator(device="cuda").manual_seed(0)
         for n, v in views.items():  # compile (both lengths: dynamic shapes) and capture before timing
             eng.generate(v, 129, gen, capacity=1280)
+        torch.cuda.synchronize()
+        res.setdefault("compile_and_capture_s", {})[name] = time.perf_counter() - t0
         for n, v in views.items():
             one = cuda_time(lambda: eng.generate(v, 1, gen, capacity=1280))
             full = cuda_time(lambda: eng.generate(v, 129, gen, capacity=1280))
@@ -76,7 +94,7 @@ def main():
                    "prefill_tflops": 2 * n_linear * B * n / one / 1e12}
             res["rows"].append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    for name in list(engines)[:1 if args.compare == "prefill" else 2]:
+    for name in list(engines)[:1 if args.compare in ("prefill", "packed") else 2]:
         s = next(iter(engines[name].graphs.values()))
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
@@ -84,13 +102,13 @@ def main():
             torch.cuda.synchronize()
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90)
         print(f"decode step x5 (graph replay), {name}:\n" + table, flush=True)
-        res["decode_kernels" + ("" if args.compare == "prefill" else f"/{name}")] = table.splitlines()
+        res["decode_kernels" + ("" if args.compare in ("prefill", "packed") else f"/{name}")] = table.splitlines()
     for name, e in engines.items():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             e.generate(views[1100], 1, torch.Generator(device="cuda").manual_seed(0), capacity=1280)
             torch.cuda.synchronize()
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90)
-        print(f"prefill, {name}, 32 x 1100:\n" + table, flush=True)
+        print(f"prefill, {name}, {B} x 1100:\n" + table, flush=True)
         res[f"prefill_kernels/{name}"] = table.splitlines()
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
 

@@ -3,7 +3,9 @@
 Runs the real `train` loop (random-init model of the given config, forced maximum message lengths) with timers
 around its parts (each timer synchronises the GPU, so the parts add up to the step), then, at the last step, with
 the sampler still resident (as in a real step), times the same update over the step's real samples under several
-micro-batch settings, each with its peak memory. Prints a table and writes JSON.
+micro-batch settings, each with its peak memory. With `--runs N`, N runs share the process
+(`train.runs_per_process`, the chat and cut arms in turn, as in the recipe): a step's parts are those of one
+shared step, every run's learning included. Prints a table and writes JSON.
 
     python bench/profile_step.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out profile.json
 """
@@ -54,6 +56,9 @@ def main():
     ap.add_argument("--variants", default="c2,c4,t16384,t24576,t32768",
                     help="learner settings timed on the last step's samples: cN (N chats per micro-batch) or "
                          "tN (N padded tokens per micro-batch); a `k` suffix adds gradient checkpointing")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
+                         "summed over its runs; no learner settings are timed")
     ap.add_argument("--layers", type=int, default=0, help="build the model with this many layers (a CPU smoke run)")
     ap.add_argument("--set", action="append", default=[], help="config override for the train loop, a.b=value")
     args = ap.parse_args()
@@ -74,7 +79,8 @@ def main():
     ro._encode = timed("sample/encode_views", ro._encode)
     rw.score_chats = timed("grade", rw.score_chats)
     fe.StaticEngine.generate = timed("sample/generate", fe.StaticEngine.generate)
-    fe.StaticEngine._prefill = timed("sample/generate/prefill", fe.StaticEngine._prefill)
+    fe.StaticEngine._read = timed("sample/generate/prefill", fe.StaticEngine._read)
+    fe.StaticEngine._prefill_runs = timed("sample/generate/prefill/shared_runs", fe.StaticEngine._prefill_runs)
     fe.StaticEngine._graph = timed("sample/generate/graph_lookup_or_capture", fe.StaticEngine._graph)
     fe.StaticEngine.refresh = timed("sample/generate/refresh", fe.StaticEngine.refresh)
     fl.hold = timed("sample/generate/hold", fl.hold)
@@ -97,7 +103,7 @@ def main():
     def learn(model, optimizer, samples, **kw):
         out = timed("learn", grpo_update)(model, optimizer, samples, **kw)
         state["step"] += 1
-        if state["step"] < args.steps:
+        if state["step"] < args.steps or args.runs > 1:
             return out
         # Last step: the same samples under each setting, the sampler's memory still held.
         res["rows"] = {"samples": len(samples), "row_tokens": out.row_tokens, "padded_tokens": out.padded_tokens,
@@ -167,7 +173,14 @@ def main():
             res["steps"].append({"step": step, "parts": snap, **{k: v for k, v in row.items() if k.startswith("perf/")}})
             print(f"step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(snap.items())), flush=True)
 
-        tr.train(cfg, "chat", 0, Path(tmp) / "run", train_set, progress=False, loggers=(on_step,))
+        if args.runs == 1:
+            tr.train(cfg, "chat", 0, Path(tmp) / "run", train_set, progress=False, loggers=(on_step,))
+        else:  # the parts between run 0's records: one whole shared step, every run's learning included
+            cfg = make_config("paper", merge_overrides(merge_overrides(over, parse_overrides(args.set)),
+                                                       {"train": {"runs_per_process": args.runs}}))
+            arms = [("chat", "cut")[j % 2] for j in range(args.runs)]  # as the recipe's six, and gpu_shared's
+            tr.train_runs(cfg, [(arms[j], j // 2, Path(tmp) / f"run-{j}") for j in range(args.runs)], train_set,
+                          progress=False, loggers=[(on_step,)] + [()] * (args.runs - 1))
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     last = res["steps"][-2] if len(res["steps"]) > 1 else res["steps"][-1]  # the last step also times variants
     print(f"\nstep {last['step']} ({last['perf/seconds']:.2f} s):")

@@ -188,8 +188,10 @@ class EvalConfig:
     (under greedy decoding they are the same chats). A pass then holds up to this many x `batch_chats` chats.
     1: one evaluation at a time, each with its own engines. Full fine-tuning always evaluates one at a time.
     On an H200 at the paper preset's maximum lengths the recipe's 20 evaluations took 432.5 s at 6 against
-    557.9 s at 1, at a peak of 119.2 GB against 29.4 (`bench/results/gpu_evals_together-h200-2026-12-02.json`):
-    past 128 chats a pass, decode is no longer bound by reading the weights, so batching gains little."""
+    557.9 s at 1, at a peak of 119.2 GB against 29.4 (`bench/results/gpu_evals_together-h200-2026-12-02-a.json`):
+    past 128 chats a pass, decode is no longer bound by reading the weights, so batching gains little. Since
+    prefill is packed, 6 at a time took 350.2 s at a peak of 66.3 GB
+    (`bench/results/gpu_evals_together-h200-2026-12-02.json`; 1 was not timed again)."""
     seed: int = 1234
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
     influence: bool = False

@@ -26,7 +26,10 @@ through `torch.compile` (one compiled layer serves every layer), which fuses the
 launch-bound decode step is made of, and so are prefill's blocks around attention; q|k|v and gate|up run as one
 matmul each over stacked weight buffers. Where Triton runs, the decode step's attention is
 `decode_attention.attend`, which reads only the cache columns filled so far (the layer's two halves around it
-are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a CPU).
+are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a CPU). Where FlashAttention
+runs (CUDA), prefill packs every row's new tokens into one sequence, so no padding goes through the layers, and
+attends through FlashAttention's varlen kernel (`prefill_attention.Packed`); elsewhere the rows are a
+left-padded block under a mask (`prefill_attention.Masked`).
 
 - **Shared runs read once.** Rows of one policy whose prompts begin with the same run of tokens (a problem's
   chats at the first turn, and their system prompt and problem at the second) are grouped (`prefixes.plan`); each
@@ -54,7 +57,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve import decode_attention, fast_layers as layers, prefixes
+from talktosolve import decode_attention, fast_layers as layers, prefill_attention, prefixes
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 from talktosolve.policy import base_model
 
@@ -105,10 +108,14 @@ class StaticEngine:
     share_prefixes = True
     """Read a run of tokens that several rows' prompts begin with once (`prefixes`). False (on the class or an
     engine): every row reads its whole prompt, what `bench/gpu_shared.py` compares against."""
+    packed_prefill: bool | None = None
+    """Prefill over packed rows through FlashAttention (`prefill_attention.Packed`); None: where it runs. False (on
+    the class, or the constructor's argument): the left-padded block under its mask, what `bench/gpu_shared.py`
+    compares against."""
 
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
                  record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None,
-                 slots: int = 0):
+                 packed_prefill: bool | None = None, slots: int = 0):
         self.model = model
         self.stop_ids = sorted(set(stop_ids))
         self.pad_id = pad_id
@@ -167,6 +174,14 @@ class StaticEngine:
         if self.attention_kernel and not runs:
             raise ValueError("attention_kernel=True needs Triton, a CUDA device (or TRITON_INTERPRET=1) and a "
                              f"power-of-two head dimension of at least 16 (this model's: {self.head_dim})")
+        # Prefill's attention: FlashAttention over packed rows where it runs (`prefill_attention`), else SDPA
+        # over the padded block with its mask.
+        runs = prefill_attention.available(self.device, self.embed.dtype, self.head_dim)
+        packed_prefill = type(self).packed_prefill if packed_prefill is None else packed_prefill
+        self.packed_prefill = runs if packed_prefill is None else packed_prefill
+        if self.packed_prefill and not runs:
+            raise ValueError("packed_prefill=True needs CUDA with flash attention, an Ampere or newer GPU, half "
+                             f"precision and a head size of at most 256 divisible by 8 (this model's: {self.head_dim})")
         self._decode_halves = ((torch.compile(layers.decode_qkv), torch.compile(layers.decode_out)) if self.compiled
                                else (layers.decode_qkv, layers.decode_out))
         # Prefill runs without a graph (its shapes change every call); its element-wise passes over [B, S, H]
@@ -253,30 +268,55 @@ class StaticEngine:
     def _dims(self):
         return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
 
-    def _prefill(self, ids, positions, k_cache, v_cache, mask, real, s):
+    def _read(self, news, held, first, T: int, k_cache, v_cache, masks):
+        """Prefill: each row's new tokens `news` (the end of its prompt) through the layers, their K/V written into
+        the caches [layers, B, Hkv, L, D] at columns T - len .. T-1 of the row; the row's prompt begins at column
+        `first` [B] and its first `held[b]` tokens are in the cache already. `masks`: the rows' slot masks (slot
+        mode) or {}. Returns the last new token's normed state [B, H], which predicts the next token."""
+        read = self._read_packed if self.packed_prefill else self._read_padded
+        return read(news, held, first, T, k_cache, v_cache, masks)
+
+    def _read_padded(self, news, held, first, T, k_cache, v_cache, masks):
+        """`_read` as a left-padded block [B, S] ending at column T, attending under the block's mask."""
+        ids, bmask = left_pad(news, self.pad_id, self.device)  # [B, S]
+        positions = torch.tensor(held, device=self.device)[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)
+        cols = torch.arange(T, device=self.device)
+        attention = prefill_attention.Masked(layers.block_mask(cols[None] >= first[:, None], ids.shape[1]),
+                                             bmask.bool())
+        x = self._layers(ids, positions, k_cache, v_cache, attention, self._lora(masks))
+        return layers.rms(x[:, -1], self.norm, self.eps)
+
+    def _read_packed(self, news, held, first, T, k_cache, v_cache, masks):
+        """`_read` with the rows' new tokens packed into one sequence [1, N] (no padding goes through the layers),
+        attending through FlashAttention's varlen kernel (`prefill_attention.Packed`); each token reads through
+        its row's slot."""
+        p = prefill_attention.pack([len(n) for n in news], first, T, self.n_kv, k_cache.shape[3])
+        ids = torch.tensor([t for n in news for t in n], device=self.device)[None]  # [1, N]
+        positions = (torch.tensor(held, device=self.device)[p.rows] + p.offsets)[None]  # [1, N]
+        lora = self._lora({rank: m[p.rows].transpose(0, 1) for rank, m in masks.items()})  # masks [1, N, n*r]
+        x = self._layers(ids, positions, k_cache, v_cache, prefill_attention.Packed(p), lora)
+        return layers.rms(x[0, p.last], self.norm, self.eps)
+
+    def _layers(self, ids, positions, k_cache, v_cache, attention, lora):
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
-        for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
-            x = layers.prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], mask, real,
-                                     *self._blocks, **self._dims(), lora=lora)
-        return layers.rms(x[:, -1], self.norm, self.eps)  # [B, H]
+        for i, (w, lora_i) in enumerate(zip(self.layers, lora)):
+            x = layers.prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], attention,
+                                     *self._blocks, **self._dims(), lora=lora_i)
+        return x
 
     def _prefill_runs(self, s, prompts, plan, first, adapters) -> None:
         """Read each group's shared run once (a batch of the groups' leaders) and copy its K/V into every member's
         cache columns of state `s`, where the member's prompt begins (`first` [B])."""
         runs = [prompts[row][:n] for row, n in zip(plan.leaders, plan.runs)]
-        ids, bmask = left_pad(runs, self.pad_id, self.device)  # [G, P]
-        G, P = ids.shape
+        G, P = len(runs), max(len(r) for r in runs)
         shape = (len(self.layers), G, self.n_kv, P, self.head_dim)
         k = torch.zeros(shape, device=self.device, dtype=self.embed.dtype)
         v = torch.zeros_like(k)
-        lora = [None] * len(self.layers)
+        masks = {rank: m.new_zeros(G, *m.shape[1:]) for rank, m in s["masks"].items()}
         if self.slots:
-            masks = {rank: m.new_zeros(G, *m.shape[1:]) for rank, m in s["masks"].items()}
             self._set_rows(masks, [adapters[row] for row in plan.leaders])
-            lora = self._lora(masks)
-        real = bmask.bool()
-        self._prefill(ids, (bmask.cumsum(-1) - 1).clamp(min=0), k, v, layers.block_mask(real, P), real, {"lora": lora})
+        self._read(runs, [0] * G, P - torch.tensor([len(r) for r in runs], device=self.device), P, k, v, masks)
         first = first.tolist()
         for row, (g, n) in enumerate(zip(plan.group, plan.shared)):
             if g >= 0:  # the run sits at the right end of the leaders' block: columns P - runs[g] ..
@@ -440,15 +480,11 @@ class StaticEngine:
             else:
                 torch.manual_seed(seed)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
-        # cache, or its first `plan.shared[i]` from its group's run; the rest (a left-padded block of S columns
-        # ending at T) goes through the layers.
+        # cache, or its first `plan.shared[i]` from its group's run; the rest goes through the layers (`_read`).
         reuse = layers.reusable(session, prompts)
         plan = prefixes.plan(prompts, reuse, adapters) if self.share_prefixes else None
         known = [r + n for r, n in zip(reuse, plan.shared)] if plan else reuse
         lengths = torch.tensor([len(p) for p in prompts], device=dev)
-        held = torch.tensor(known, device=dev)  # [B]
-        ids, bmask = left_pad([p[r:] for p, r in zip(prompts, known)], self.pad_id, dev)  # [B, S]
-        S = ids.shape[1]
         first = T - lengths  # [B] column of each row's first prompt token
         if any(reuse):
             session.reused_tokens += sum(reuse)
@@ -461,13 +497,12 @@ class StaticEngine:
             session.ids = session.k = session.v = None
         if plan:
             self._prefill_runs(s, prompts, plan, first, adapters)
-        positions = held[:, None] + (bmask.cumsum(-1) - 1).clamp(min=0)  # [B, S]
         cols = torch.arange(T, device=dev)
         s["valid"].zero_()
         s["valid"][:, :T] = cols[None] >= first[:, None]
         s["done"].zero_()
-        pmask = layers.block_mask(s["valid"][:, :T], S)  # [B, 1, S, T]
-        tok, logp = self._pick(self._prefill(ids, positions, s["k"], s["v"], pmask, bmask.bool(), s))
+        hidden = self._read([p[r:] for p, r in zip(prompts, known)], known, first, T, s["k"], s["v"], s["masks"])
+        tok, logp = self._pick(hidden)
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)

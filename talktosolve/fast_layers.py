@@ -1,8 +1,9 @@
 """The static engine's layer math: a Qwen2/Llama-style decoder layer as plain tensor functions, and the weights
 and KV bookkeeping they read (`fast_engine.StaticEngine` drives them).
 
-- **Prefill** (`prefill_layer`) runs a left-padded block of new tokens through a layer, writing their K/V into a
-  static cache and attending over everything the row holds; **decode** (`decode_layer`, or `decode_qkv` and
+- **Prefill** (`prefill_layer`) runs a block of new tokens through a layer (left-padded rows, or every row's
+  tokens packed into one), writing their K/V into a static cache and attending over everything the row holds
+  (`prefill_attention`); **decode** (`decode_layer`, or `decode_qkv` and
   `decode_out` around the Triton kernel of `decode_attention`) runs one new token per row against the cache. Both
   are pure tensor work with static shapes, so a decode step can be captured in a CUDA graph and a layer compiled.
 - **Weights** (`Fused`): q|k|v and gate|up stacked into one matmul each, rewritten from the base weight and its
@@ -109,28 +110,17 @@ def decode_out(x, a, ln2, w_o, w_gu, w_down, eps: float, lora=None):
     return mlp_out(x, a.reshape(x.shape[0], 1, -1), ln2, w_o, w_gu, w_down, eps, lora)
 
 
-def prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, mask, real,
+def prefill_layer(x, cos, sin, ln1, ln2, w_qkv, b_qkv, w_o, w_gu, w_down, k_cache, v_cache, attention,
                    qkv, mlp_out, n_heads: int, n_kv: int, head_dim: int, eps: float, lora=None):
-    """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; writes the
-    real tokens' K/V (`real` [B, S] bool) into cache columns T-S..T-1, leaving a row's padding columns alone
-    (they may hold its reused prefix), and attends over columns 0..T-1; mask [B, 1, S, T] bool. `qkv` and
+    """One layer over a left-padded block of S new tokens that ends at cache column T. x [B, S, H]; `attention`
+    (`prefill_attention.Packed` or `.Masked`) writes the real tokens' K/V into cache columns T-S..T-1, leaving a
+    row's padding columns alone (they may hold its reused prefix), and attends over each row's prompt. `qkv` and
     `mlp_out` are `qkv` and `mlp_out`, or compiled versions of them; lora as in `decode_layer`."""
     B, S, _ = x.shape
-    T = mask.shape[-1]
     lora_qkv, lora_out = split_lora(lora)
     q, k, v = qkv(x, cos, sin, ln1, w_qkv, b_qkv, n_heads, n_kv, head_dim, eps, lora_qkv)
-    keep = real[:, None, :, None]  # [B, 1, S, 1]
-    k_cache[:, :, T - S:T].copy_(torch.where(keep, k, k_cache[:, :, T - S:T]))
-    v_cache[:, :, T - S:T].copy_(torch.where(keep, v, v_cache[:, :, T - S:T]))
-    group = n_heads // n_kv
-    keys, values = k_cache[:, :, :T], v_cache[:, :, :T]
-    # K/V copied per query head: reading the cache in place instead (a KV head's G query heads as G*S query rows,
-    # the mask tiled to match) was slower on an H200, 276 against 258 ms for 32 views of 1,100 tokens (branch
-    # prefill-gqa, bench/gpu_shared.py): SDPA's masked kernel pays for the larger mask more than for the copies.
-    if group > 1:
-        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
-    a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, D]
-    return mlp_out(x, a.transpose(1, 2).reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps, lora_out)
+    a = attention(q, k, v, k_cache, v_cache)  # [B, S, Hq, D]
+    return mlp_out(x, a.reshape(B, S, n_heads * head_dim), ln2, w_o, w_gu, w_down, eps, lora_out)
 
 
 def reusable(session, prompts: list[list[int]]) -> list[int]:
