@@ -1,23 +1,24 @@
-"""Prefill attention over packed rows: each row's new tokens attend to its prompt through FlashAttention's
-variable-length kernel, without a mask and without copying K/V per query head.
+"""Prefill attention: each row's new tokens attend to its own prompt, either packed into one sequence through
+FlashAttention's variable-length kernel (`Packed`, CUDA) or as a left-padded block under a mask (`Masked`).
 
-The static engine's prefill is a left-padded block of S new tokens per row ending at cache column T; row b's
-prompt fills columns first_b .. T-1 of its cache (held, shared and new tokens alike), its n_b new tokens the
-last n_b of them. Written over the padded block (`Masked`, what a CPU runs), attention needs the block's
-[B, 1, S, T] mask, and SDPA with a mask takes the memory-efficient kernel (no flash kernel accepts one), after
-the cache is copied once per query head: on an H200 that kernel was 2.12 ms of a prefill layer's 9.3 ms at
-32 views of 1,100 tokens, running at about a tenth of the chip's rate
-(`bench/results/profile_sample-attention-h200-2026-12-01.json`).
+A prefill call reads, for each row b, its n_b new tokens: the end of its prompt, which fills cache columns
+first_b .. T-1 (held, shared and new tokens alike), the new ones the last n_b of them.
 
-Packed (`Packed`, CUDA with flash attention): the block's real queries and each row's prompt columns are
-gathered into [N, heads, D] rows with cumulative offsets, and FlashAttention's varlen forward attends each row's
-queries to its own keys, causal aligned at the bottom right (query j of n_b sees the first len_b - n_b + j + 1
-keys), the G query heads of a KV head reading that head once. The same gather, run backwards, writes the new
-tokens' K/V into the cache, and the attention's output goes back into the padded block (zeros at padding, which
-no later step reads).
+- `Masked` (a CPU, or where FlashAttention cannot run): the rows are a left-padded block [B, S] ending at column
+  T, so every row pays for the longest (a group's leader reads its whole shared run, its members only their own
+  few tokens), and attention needs the block's [B, 1, S, T] mask. SDPA with a mask runs the memory-efficient
+  kernel (no flash kernel accepts one), over K/V copied once per query head.
+- `Packed`: every row's new tokens are one sequence [1, N] (no padding goes through the layers); their K/V are
+  scattered into the cache and each row's prompt columns gathered from it (one flat-index copy each, `pack`),
+  and FlashAttention's varlen forward attends each row's queries to its own keys, causal aligned at the bottom
+  right (query j of n_b sees the first len_b - n_b + j + 1 keys), a KV head's G query heads reading it once.
 
-`Packed` and `Masked` are called alike: with a layer's q [B, Hq, S, D], new k, v [B, Hkv, S, D] and the layer's caches
-[B, Hkv, L, D], they write the real tokens' K/V into cache columns T-S .. T-1 and return the block's attention
+On an H200 (`bench/results/profile_sample-packed-h200-2026-12-02.json`, 192 views of 1,100 tokens) FlashAttention
+took 3.7 ms a layer where the memory-efficient kernel took 13.7, and a six-run train step (where rows are
+uneven) 13.88 s against 16.22 (`bench/results/gpu_shared-h200-2026-12-02.json`).
+
+Both are called alike, with a layer's q [B, Hq, S, D], new k, v [B, Hkv, S, D] and its caches [B, Hkv, L, D]
+(B = 1 and S = N when packed): they write the new tokens' K/V into the cache and return the attention
 [B, S, Hq, D].
 """
 
