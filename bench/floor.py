@@ -116,7 +116,7 @@ def main():
     def phase_floor(engine: Counting, weight_bytes_per_step, passes: int = 1) -> dict:
         """Seconds at peak of the decode steps and prefill of `engine`'s calls (call i of every `passes` shares its
         decode steps' weight reads with the others of its pass), and what they moved and computed."""
-        decode_s = prefill_s = kv_bytes = weight_bytes = decode_flops = prefill_flops = 0.0
+        decode_s = kv_bytes = weight_bytes = decode_flops = prefill_flops = 0.0
         for c in engine.calls:
             for step in range(1, c["new"]):  # the first token comes out of prefill
                 kv = sum(n + step for n in c["lengths"]) * kv_token
@@ -126,9 +126,9 @@ def main():
                 kv_bytes, weight_bytes, decode_flops = kv_bytes + kv, weight_bytes + w, decode_flops + flops
             # each row's new tokens attend over at most its whole prompt: an upper bound on attention's share
             prefill_flops += c["read"] * 2 * linear + sum(attn(n) for n in c["lengths"]) * c["read"] / len(c["lengths"])
-        prefill_s = prefill_flops / args.flops
-        return {"decode_seconds": decode_s, "prefill_seconds": prefill_s, "kv_gb": kv_bytes / 1e9,
-                "weight_gb": weight_bytes / 1e9, "decode_tflop": decode_flops / 1e12, "prefill_tflop": prefill_flops / 1e12,
+        return {"decode_seconds": decode_s, "prefill_seconds": prefill_flops / args.flops, "kv_gb": kv_bytes / 1e9,
+                "weight_gb": weight_bytes / 1e9, "decode_tflop": decode_flops / 1e12,
+                "prefill_tflop": prefill_flops / 1e12,
                 "decode_steps": sum(c["new"] - 1 for c in engine.calls),
                 "tokens_read": sum(c["read"] for c in engine.calls)}
 
@@ -193,8 +193,8 @@ def main():
     print(f"{'the recipe':<40}{'':>28}{(train_s + eval_s) / 60:>8.2f}")
     print(f"decode reads: training {sampling['kv_gb'] / 1e3:.1f} TB of K/V and {sampling['weight_gb'] / 1e3:.1f} TB of "
           f"weights; evaluations {evaluations['kv_gb'] / 1e3:.1f} TB and {evaluations['weight_gb'] / 1e3:.1f} TB")
-    print(f"tokens read by prefill: training {sampling['tokens_read']:,.0f}, evaluations {evaluations['tokens_read']:,.0f}; "
-          f"learner rows {learning['row_tokens']:,.0f} tokens")
+    print(f"tokens read by prefill: training {sampling['tokens_read']:,.0f}, "
+          f"evaluations {evaluations['tokens_read']:,.0f}; learner rows {learning['row_tokens']:,.0f} tokens")
 
 
 if __name__ == "__main__":

@@ -254,7 +254,8 @@ def main():
         print(f"{'decode ms/step, prompt ' + str(r['prompt_tokens']):<34}{r['one_run_b32_ms']:>12.2f}"
               f"{r[f'{args.runs}_runs_b{32 * args.runs}_ms']:>18.2f}   ({r['speedup_per_run']:.2f}x per run; "
               f"slot mode, one run: {r['slot_mode_one_run_b32_ms']:.2f})")
-    others = [(key, res["steps"][key]) for key in ("shared_whole_prompts", "shared_masked_prefill") if key in res["steps"]]
+    others = [(key, res["steps"][key]) for key in ("shared_whole_prompts", "shared_masked_prefill")
+              if key in res["steps"]]
     print(f"{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}" + "".join(f"{k[7:]:>18}" for k, _ in others))
     cell = lambda r, key, width: f"{r[key]:>{width}.2f}" if r else f"{'-':>{width}}"  # noqa: E731
     for key, label in (("seconds", "step s"), ("sample_seconds", "  sampling s"), ("learn_seconds", "  learning s"),

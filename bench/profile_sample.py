@@ -63,18 +63,18 @@ def main():
     engines = {}
     autotuned = lambda: (torch.compile(fl.decode_qkv, mode="max-autotune-no-cudagraphs"),
                          torch.compile(fl.decode_out, mode="max-autotune-no-cudagraphs"))
-    variants = {  # name: (engine options, the decode step's two compiled halves or None for the engine's own)
-        "prefill": (("compiled prefill blocks", {}, None), ("eager prefill", {"_blocks": (fl.qkv, fl.mlp_out)}, None)),
-        "attention": (("attention kernel", {"attention_kernel": True}, None),
-                      ("portable attention", {"attention_kernel": False}, None)),
-        "packed": (("packed prefill (flash varlen)", {"packed_prefill": True}, None),
-                   ("masked prefill (SDPA)", {"packed_prefill": False}, None)),
-        "autotune": (("decode compiled (default)", {}, None),
-                     ("decode compiled max-autotune", {}, autotuned)),
+    variants = {  # name: (engine options, prefill's blocks and the decode step's two compiled halves, or None
+        # for the engine's own)
+        "prefill": (("compiled prefill blocks", {}, None, None),
+                    ("eager prefill", {}, (fl.qkv, fl.mlp_out), None)),
+        "attention": (("attention kernel", {"attention_kernel": True}, None, None),
+                      ("portable attention", {"attention_kernel": False}, None, None)),
+        "packed": (("packed prefill (flash varlen)", {"packed_prefill": True}, None, None),
+                   ("masked prefill (SDPA)", {"packed_prefill": False}, None, None)),
+        "autotune": (("decode compiled (default)", {}, None, None),
+                     ("decode compiled max-autotune", {}, None, autotuned)),
     }[args.compare]
-    for name, options, halves in variants:
-        options = dict(options)
-        blocks = options.pop("_blocks", None)
+    for name, options, blocks, halves in variants:
         eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, **options)
         if blocks is not None:
             eng._blocks = blocks

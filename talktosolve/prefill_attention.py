@@ -114,7 +114,8 @@ class Packed:
         p, D = self.p, q.shape[-1]
         for new, cache in ((k, k_cache), (v, v_cache)):
             cache.view(-1, D).index_copy_(0, p.dst, new[0].reshape(-1, D))
-        keys, values = (cache.view(-1, D).index_select(0, p.src).view(-1, k.shape[1], D) for cache in (k_cache, v_cache))
+        keys = k_cache.view(-1, D).index_select(0, p.src).view(-1, k.shape[1], D)  # [Nk, Hkv, D]
+        values = v_cache.view(-1, D).index_select(0, p.src).view(-1, k.shape[1], D)
         return self.kernel(q[0].transpose(0, 1), keys, values, p)[None]
 
 
