@@ -9,7 +9,9 @@ and the decode step's kernels are printed for both. `--compare packed`: prefill'
 through FlashAttention (`prefill_attention.Packed`, the default on CUDA) against SDPA over the masked block.
 `--compare autotune`: the decode step's compiled halves as the engine compiles them, and under inductor's
 max-autotune (Triton matmul templates benchmarked against cuBLAS); each engine's compile-and-capture time is
-recorded. Writes JSON.
+recorded. `--compare sampler`: the decode step's sampling in the split Triton kernel (`decode_sampling`, the default on
+CUDA), as eager passes over the logits (the engine's path without it), and compiled by torch.compile. Writes
+JSON.
 
     python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
 """
@@ -39,7 +41,7 @@ def main():
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune"), default="prefill")
+    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune", "sampler"), default="prefill")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -61,25 +63,33 @@ def main():
     views = {n: [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(B)] for n in (600, 1100)}
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
     engines = {}
+    def compiled_sampling(engine):
+        """The engine's eager Gumbel-max (uniform form) under torch.compile: one reduction, a program per row."""
+        def gumbel(hidden, weight, temperature: float):
+            logits = torch.nn.functional.linear(hidden, weight).float()
+            return (logits / temperature - torch.log(-torch.log(torch.rand_like(logits)))).argmax(-1)
+        compiled = torch.compile(gumbel)
+        engine._pick = lambda hidden, s: (compiled(hidden, engine.head_weight, engine.temperature), None)
+
     autotuned = lambda: (torch.compile(fl.decode_qkv, mode="max-autotune-no-cudagraphs"),
                          torch.compile(fl.decode_out, mode="max-autotune-no-cudagraphs"))
-    variants = {  # name: (engine options, prefill's blocks and the decode step's two compiled halves, or None
-        # for the engine's own)
-        "prefill": (("compiled prefill blocks", {}, None, None),
-                    ("eager prefill", {}, (fl.qkv, fl.mlp_out), None)),
-        "attention": (("attention kernel", {"attention_kernel": True}, None, None),
-                      ("portable attention", {"attention_kernel": False}, None, None)),
-        "packed": (("packed prefill (flash varlen)", {"packed_prefill": True}, None, None),
-                   ("masked prefill (SDPA)", {"packed_prefill": False}, None, None)),
-        "autotune": (("decode compiled (default)", {}, None, None),
-                     ("decode compiled max-autotune", {}, None, autotuned)),
+    variants = {  # name: (engine options, what to change in the engine after it is built, or None)
+        "prefill": (("compiled prefill blocks", {}, None),
+                    ("eager prefill", {}, lambda e: setattr(e, "_blocks", (fl.qkv, fl.mlp_out)))),
+        "attention": (("attention kernel", {"attention_kernel": True}, None),
+                      ("portable attention", {"attention_kernel": False}, None)),
+        "packed": (("packed prefill (flash varlen)", {"packed_prefill": True}, None),
+                   ("masked prefill (SDPA)", {"packed_prefill": False}, None)),
+        "autotune": (("decode compiled (default)", {}, None),
+                     ("decode compiled max-autotune", {}, lambda e: setattr(e, "_decode_halves", autotuned()))),
+        "sampler": (("sampling kernel (default)", {}, None),
+                    ("eager sampling", {}, lambda e: setattr(e, "sampling_kernel", False)),
+                    ("compiled sampling", {}, compiled_sampling)),
     }[args.compare]
-    for name, options, blocks, halves in variants:
+    for name, options, setup in variants:
         eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, **options)
-        if blocks is not None:
-            eng._blocks = blocks
-        if halves is not None:
-            eng._decode_halves = halves()
+        if setup is not None:
+            setup(eng)
         engines[name] = eng
         t0 = time.perf_counter()
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -94,7 +104,7 @@ def main():
                    "prefill_tflops": 2 * n_linear * B * n / one / 1e12}
             res["rows"].append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    for name in list(engines)[:1 if args.compare in ("prefill", "packed") else 2]:
+    for name in list(engines)[:1 if args.compare in ("prefill", "packed") else 3]:
         s = next(iter(engines[name].graphs.values()))
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(5):

@@ -147,7 +147,9 @@ def main():
         res["learn_profile"] = {"wall_s": wall, "kernel_time_s": kernels}
         print("learn profile", res["learn_profile"], flush=True)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60))
-        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=60))
+        kernel_table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=90)
+        res["learn_profile"]["kernels"] = kernel_table.splitlines()
+        print(kernel_table)
         return out
 
     tr.grpo_update = learn

@@ -151,9 +151,15 @@ def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: 
             summaries[i] = _current(s)
         else:
             pending.append(i)
-    k = max(1, cfg.eval.batch_evals)
-    for group in (pending[j:j + k] for j in range(0, len(pending), k)):
-        lineups = slot_lineups(cfg, [seated[i] for i in group]) if len(group) > 1 else None
+    # Groups of at most batch_evals, as equal as possible (20 at 6: four of 5, not three of 6 and one of 2).
+    n_groups = -(-len(pending) // max(1, cfg.eval.batch_evals))
+    size = max(1, -(-len(pending) // max(1, n_groups)))
+    groups = [pending[j:j + size] for j in range(0, len(pending), size)]
+    # The slot engine, kept from group to group (loaded and captured once), with slots for the most adapters any
+    # group holds.
+    engines: dict = {"slots needed": max((len(_weights([seated[i] for i in g])[1]) for g in groups), default=0)}
+    for group in groups:
+        lineups = slot_lineups(cfg, [seated[i] for i in group], engines) if len(group) > 1 else None
         if lineups is None:
             for i in group:
                 summaries[i] = _evaluate_alone(cfg, problems, seated[i], protocol, progress)
@@ -270,16 +276,21 @@ def load_players(cfg: Config, seats: dict[str, str | None], roles: dict[str, str
     return out
 
 
-def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] | None:
+def slot_lineups(cfg: Config, group: list[_Seated], engines: dict | None = None) -> list[dict[str, Player]] | None:
     """Each team's lineup on one engine: a slot-mode engine over the frozen base with every distinct set of
     trained weights of the group in a slot (the base seats read none), or, when no seat is trained, one plain
     engine for all. None when the weights cannot share one engine: not LoRA adapters, adapters of other shapes
-    (rank, alpha, targets), or an architecture the static engine lacks."""
-    # Each team's seats as weights folders (None: the base); the distinct ones in order of first use.
-    seated = [{seat: None if path is None else trained_weights(path, s.roles.get(seat, seat))
-               for seat, path in s.seats.items()} for s in group]
-    weights = list(dict.fromkeys(w for lineup in seated for w in lineup.values() if w is not None))
-    if not weights:
+    (rank, alpha, targets), or an architecture the static engine lacks.
+
+    `engines` (a dict kept by the caller from group to group): the slot engine is taken from it when it has the
+    group's adapter shape and slots enough, so the base is loaded and the graphs captured once, not per group;
+    only the adapters are loaded into its slots. A new one gets at least `engines["slots needed"]` slots."""
+    seated, weights = _weights(group)
+    engines = {} if engines is None else engines
+    if not weights:  # every seat the base: the held slot engine's base rows, else one plain engine
+        if "slots" in engines:
+            base = Player(engines["slots"][2], load_tokenizer(cfg.model), "base", None)
+            return [{seat: base for seat in lineup} for lineup in seated]
         players = load_players(cfg, {seat: None for seat in group[0].seats})
         return [players for _ in group]
     shapes = {adapter_shape(w) for w in weights}
@@ -287,21 +298,34 @@ def slot_lineups(cfg: Config, group: list[_Seated]) -> list[dict[str, Player]] |
         return None
     device = resolve_device(cfg.device)
     tokenizer = load_tokenizer(cfg.model)
-    model = load_player_model(cfg, weights[0], device)
-    if not slot_mode_fits(model, cfg.chat.engine):
-        return None
+    held = engines.get("slots")
+    if held is not None and held[0] == shapes and held[2].slots >= len(weights):
+        _, model, engine = held
+    else:
+        engines.pop("slots", None)  # freed before the next one loads
+        model = load_player_model(cfg, weights[0], device)
+        if not slot_mode_fits(model, cfg.chat.engine):
+            return None
+        engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
+                             temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                             kind=cfg.chat.engine, slots=max(len(weights), engines.get("slots needed", 0)))
+        engines["slots"] = (shapes, model, engine)
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    engine = make_engine(model, stop_ids=stop_ids(tokenizer, model), pad_id=tokenizer.pad_token_id,
-                         temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                         kind=cfg.chat.engine, slots=len(weights))
     for j, w in enumerate(weights):
         set_peft_model_state_dict(model, load_file(str(w / "adapter_model.safetensors"), device=str(device)))
         engine.store_adapter(j)
     players = {w: Player(engine, tokenizer, f"slot-{j}", j) for j, w in enumerate(weights)}
     base = Player(engine, tokenizer, "base", None)
     return [{seat: base if w is None else players[w] for seat, w in lineup.items()} for lineup in seated]
+
+
+def _weights(group: list[_Seated]) -> tuple[list[dict], list[Path]]:
+    """Each team's seats as weights folders (None: the base), and the distinct ones in order of first use."""
+    seated = [{seat: None if path is None else trained_weights(path, s.roles.get(seat, seat))
+               for seat, path in s.seats.items()} for s in group]
+    return seated, list(dict.fromkeys(w for lineup in seated for w in lineup.values() if w is not None))
 
 
 def adapter_shape(weights: Path) -> tuple | None:

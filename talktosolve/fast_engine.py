@@ -14,9 +14,9 @@ paper preset's shape, where stock `generate` is launch-bound: 73.55 ms per decod
   Nothing is ever merged into or unmerged from `W0`, so no drift accumulates over steps. Under full fine-tuning
   the buffers are plain copies of the live weights, rewritten the same way. A refresh is skipped while no
   parameter changed (version counters), so the four turns of a step pay for one.
-- **Sampling inside the graph.** Gumbel-max (an exponential race on CUDA) over fp32 logits / temperature is an exact
-  sample from softmax(logits / T) (no top-k, no top-p), drawn from the CUDA generator, which graphs advance
-  correctly.
+- **Sampling inside the graph.** Gumbel-max over fp32 logits / temperature is an exact sample from
+  softmax(logits / T) (no top-k, no top-p): on CUDA in one split Triton kernel keyed by the call's seed and the
+  step (`decode_sampling`), elsewhere drawn from torch's generator.
 - **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256;
   one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs'
   KV buffers are views of one pool sized for the largest shape seen, and their scratch memory is one graph pool.
@@ -57,7 +57,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve import decode_attention, fast_layers as layers, prefill_attention, prefixes
+from talktosolve import decode_attention, decode_sampling, fast_layers as layers, prefill_attention, prefixes
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 from talktosolve.policy import base_model
 
@@ -190,6 +190,8 @@ class StaticEngine:
         # compiled, their mask and K/V preparation became slower kernels than the eager ones (measured on an H200).
         blocks = (layers.qkv, layers.mlp_out)
         self._blocks = tuple(torch.compile(b, dynamic=True) for b in blocks) if self.compiled else blocks
+        # Sampling: a split Triton kernel on CUDA (`decode_sampling`), else torch's generator.
+        self.sampling_kernel = decode_sampling.available(self.device)
         # All graphs draw their scratch memory from one pool: calls never overlap and every graph's results are
         # copied into its own static buffers, so scratch blocks can be shared.
         self.graph_pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
@@ -325,9 +327,12 @@ class StaticEngine:
                 s["v"][:, row, :, first[row]:first[row] + n] = v[:, g, :, at:at + n]
         self.shared_tokens += sum(plan.shared) - sum(plan.runs)
 
-    def _pick(self, hidden):
-        """Next token [B] (and its log-prob [B]) from the last hidden state [B, H]."""
+    def _pick(self, hidden, s):
+        """Next token [B] (and its log-prob [B]) from the last hidden state [B, H]; `s`: the graph's state, whose
+        seed and step key the sampling kernel's random numbers."""
         weight = self.head.weight if self.head is not None else self.head_weight
+        if self.sampling_kernel and not self.greedy and not self.record_logprobs:
+            return decode_sampling.sample(F.linear(hidden, weight), self.temperature, s["seed"], s["step"]), None
         logits = F.linear(hidden, weight).float()  # [B, V]
         if self.greedy:
             tok = logits.argmax(-1)
@@ -360,6 +365,7 @@ class StaticEngine:
                 "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
                 "col": torch.zeros(1, dtype=torch.long, device=dev),
                 "step": torch.zeros(1, dtype=torch.long, device=dev),
+                "seed": torch.zeros(1, dtype=torch.long, device=dev),
                 "done": torch.zeros(B, dtype=torch.bool, device=dev),
                 "out": torch.zeros(B, L, dtype=torch.long, device=dev),
                 "logp": torch.zeros(B, L, dtype=torch.float32, device=dev)}
@@ -387,7 +393,7 @@ class StaticEngine:
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
                                  s["col"], mask, **self._dims(), lora=lora)
-        tok, logp = self._pick(layers.rms(x[:, -1], self.norm, self.eps))
+        tok, logp = self._pick(layers.rms(x[:, -1], self.norm, self.eps), s)
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
             s["done"].logical_or_(torch.isin(tok, self.stop))
@@ -479,6 +485,11 @@ class StaticEngine:
                 torch.cuda.manual_seed(seed)
             else:
                 torch.manual_seed(seed)
+        if self.sampling_kernel:  # the kernel's key: this call's seed, or a fresh one from the CUDA generator
+            if seed is not None:
+                s["seed"].fill_(seed)
+            else:
+                s["seed"].random_(0, 2**62)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
         # cache, or its first `plan.shared[i]` from its group's run; the rest goes through the layers (`_read`).
         reuse = layers.reusable(session, prompts)
@@ -502,7 +513,8 @@ class StaticEngine:
         s["valid"][:, :T] = cols[None] >= first[:, None]
         s["done"].zero_()
         hidden = self._read([p[r:] for p, r in zip(prompts, known)], known, first, T, s["k"], s["v"], s["masks"])
-        tok, logp = self._pick(hidden)
+        s["step"].zero_()
+        tok, logp = self._pick(hidden, s)
         if not self.force_max_length:
             s["done"].copy_(torch.isin(tok, self.stop))
         s["tok"].copy_(tok)

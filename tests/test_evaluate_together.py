@@ -95,6 +95,30 @@ def test_evaluations_played_together_equal_one_at_a_time_under_greedy_decoding(t
 
 
 @pytest.mark.slow
+def test_groups_of_evaluations_are_as_equal_as_batch_evals_allows_and_share_one_slot_engine(two_runs, tmp_path,
+                                                                                            monkeypatch):
+    """Six evaluations at batch_evals=4 are played as two groups of 3 (not 4 and 2), the second in the first's
+    slot engine (the base is loaded once), and each evaluation's chats are those of one at a time (greedy)."""
+    import talktosolve.evaluate as ev
+
+    cfg = config(batch_evals=4)
+    _, test_set, _ = load_problems(cfg)
+    alone = evaluate_teams(config(), teams(two_runs, tmp_path / "alone"), test_set, progress=False)
+    passes, loads = [], []
+    real_together, real_load = ev._evaluate_together, ev.load_player_model
+    monkeypatch.setattr(ev, "_evaluate_together", lambda *a, **k: passes.append(len(a[2])) or real_together(*a, **k))
+    monkeypatch.setattr(ev, "load_player_model", lambda *a, **k: loads.append(a[1]) or real_load(*a, **k))
+    together = evaluate_teams(cfg, teams(two_runs, tmp_path / "together"), test_set, progress=False)
+    assert passes == [3, 3]
+    assert len(loads) == 1, "the second group reused the first group's slot engine"
+    for team, a, t in zip(teams(two_runs, tmp_path), alone, together):
+        assert t["scores"] == a["scores"] and t["key"] == a["key"]
+        chats = [read_jsonl(tmp_path / side / team.out_dir.name / "chats.jsonl") for side in ("alone", "together")]
+        assert [[m["text"] for m in c["messages"]] for c in chats[0]] == \
+               [[m["text"] for m in c["messages"]] for c in chats[1]]
+
+
+@pytest.mark.slow
 def test_a_rerun_with_another_batch_evals_redoes_no_evaluation(two_runs, tmp_path):
     cfg = config(batch_evals=3)
     _, test_set, _ = load_problems(cfg)

@@ -117,6 +117,80 @@ def test_a_seeded_call_samples_the_same_whether_or_not_its_graph_was_captured_be
     assert first == again
 
 
+def check_sampling_kernel(device, rows: int, steps: int, graph: bool):
+    """`decode_sampling.sample` over 8 logits: draws advance with the step (in a CUDA graph: at every replay), a
+    (seed, step) draws the same again, and the draws follow softmax(z / T) (each frequency within 5 standard
+    errors); and a dominant logit is found in any chunk of a longer row."""
+    from talktosolve.decode_sampling import sample
+
+    z = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5])
+    T = 0.5
+    logits = z[None].repeat(rows, 1).to(device, torch.bfloat16)  # z is exact in bf16
+    seed = torch.tensor([1234], device=device)
+    step = torch.zeros(1, dtype=torch.long, device=device)
+    out = torch.zeros(rows, dtype=torch.long, device=device)
+
+    def draw():
+        out.copy_(sample(logits, T, seed, step))
+        step.add_(1)
+
+    if graph:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            draw()  # warm-up outside capture (compiles the kernels)
+        torch.cuda.current_stream().wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            draw()
+        draw = g.replay
+    step.zero_()
+    draws = []
+    for _ in range(steps):
+        draw()
+        draws.append(out.clone())
+    assert not torch.equal(draws[0], draws[1])
+    step.zero_()
+    draw()
+    assert torch.equal(out, draws[0])
+    counts = torch.bincount(torch.cat(draws).cpu(), minlength=8).double()
+    p = torch.softmax(z.double() / T, 0)
+    n = counts.sum()
+    assert bool(((counts / n - p).abs() <= 5 * (p * (1 - p) / n).sqrt()).all()), (counts / n, p)
+    wide = torch.randn(3, 10_000).to(device)
+    for row, col in enumerate((9_000, 5, 4_500)):  # the third, first and second chunk of 4,096
+        wide[row, col] = 80.0
+    assert sample(wide, 1.0, seed, step).tolist() == [9_000, 5, 4_500]
+
+
+SAMPLING_SCRIPT = """
+from tests.test_fast_engine import check_sampling_kernel
+check_sampling_kernel("cpu", rows=96, steps=4, graph=False)
+print("ok")
+"""
+
+
+def test_the_sampling_kernel_draws_from_softmax_over_temperature_and_afresh_at_every_step():
+    """Under Triton's interpreter (a CPU): see `check_sampling_kernel`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]' on Linux x86-64)")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", SAMPLING_SCRIPT], cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_the_sampling_kernel_in_a_cuda_graph_draws_from_softmax_and_afresh_at_every_replay():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    check_sampling_kernel("cuda", rows=4096, steps=10, graph=True)
+
+
 GROW_SCRIPT = """
 import torch
 from tests.test_fast_engine import prompts, tiny
