@@ -55,7 +55,8 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--variants", default="c2,c4,t16384,t24576,t32768",
                     help="learner settings timed on the last step's samples: cN (N chats per micro-batch) or "
-                         "tN (N padded tokens per micro-batch); a `k` suffix adds gradient checkpointing")
+                         "tN (N padded tokens per micro-batch); a `k` suffix adds gradient checkpointing, an `x` "
+                         "suffix runs the output layer as checkpointed chunks (the form before grpo.ChosenLogprobs)")
     ap.add_argument("--runs", type=int, default=1,
                     help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
                          "summed over its runs; no learner settings are timed")
@@ -66,6 +67,7 @@ def main():
     from transformers import AutoConfig, AutoTokenizer
 
     import talktosolve.fast_engine as fe
+    import talktosolve.grpo as grpo
     import talktosolve.fast_layers as fl
     import talktosolve.reward as rw
     import talktosolve.rollout as ro
@@ -95,10 +97,10 @@ def main():
     state = {"step": 0}
 
     def variant(spec):
-        ckpt = spec.endswith("k")
-        n = int(spec[1:].rstrip("k"))
+        ckpt, old_head = spec.endswith("k"), spec.endswith("x")
+        n = int(spec[1:].rstrip("kx"))
         return {"chats_per_microbatch": n if spec[0] == "c" else 2,
-                "microbatch_tokens": n if spec[0] == "t" else 0}, ckpt
+                "microbatch_tokens": n if spec[0] == "t" else 0}, ckpt, old_head
 
     def learn(model, optimizer, samples, **kw):
         out = timed("learn", grpo_update)(model, optimizer, samples, **kw)
@@ -110,10 +112,13 @@ def main():
                        "microbatches": out.microbatches}
         hf = model.get_base_model()
         for spec in args.variants.split(","):
-            opts, ckpt = variant(spec)
+            opts, ckpt, old_head = variant(spec)
             if ckpt:
                 from talktosolve.policy import enable_gradient_checkpointing
                 enable_gradient_checkpointing(hf)
+            frozen_linear = grpo._frozen_linear
+            if old_head:  # the output layer as checkpointed chunks, the form `grpo.ChosenLogprobs` replaced
+                grpo._frozen_linear = lambda head: False
             kw2 = {**kw, **opts}
             grpo_update(model, optimizer, samples, **kw2)  # meets the shapes once
             sync()
@@ -123,12 +128,14 @@ def main():
             st = grpo_update(model, optimizer, samples, **kw2)
             sync()
             dt = time.perf_counter() - t
-            row = {"variant": spec, **opts, "gradient_checkpointing": ckpt, "seconds": dt,
+            row = {"variant": spec, **opts, "gradient_checkpointing": ckpt, "checkpointed_output_layer": old_head,
+                   "seconds": dt,
                    "row_tokens_per_s": st.row_tokens / dt, "padded_tokens": st.padded_tokens,
                    "microbatches": st.microbatches,
                    "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0}
             if ckpt:
                 hf.gradient_checkpointing_disable()
+            grpo._frozen_linear = frozen_linear
             res["variants"].append(row)
             print("learn variant", {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
         # Wall time against kernel time for the step's own setting: how launch-bound is the learner? (The update

@@ -45,8 +45,10 @@ arm's) adds exactly 0 to L and its gradient, so it is not read at all; its token
 optimizer still steps (on zero gradients when every message of the step is skipped), as it would have.
 
 Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
-through the output layer in chunks, each chunk recomputed in the backward pass (activation checkpointing), so
-no [tokens x vocabulary] fp32 tensor ever lives for the whole batch.
+through the output layer in chunks, so no [tokens x vocabulary] fp32 tensor ever lives for the whole batch. On a
+GPU, with the output layer frozen (LoRA), each chunk's input gradient is taken in the forward pass, where its
+softmax is at hand (`ChosenLogprobs`); elsewhere each chunk is recomputed in the backward pass (activation
+checkpointing).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from talktosolve.policy import base_model
@@ -195,6 +198,35 @@ def _pad_right(rows: list, pad_id: int, device):
     return ids.to(device), comp, torch.tensor(adv, dtype=torch.float32).to(device)
 
 
+class ChosenLogprobs(torch.autograd.Function):
+    """log softmax(h W^T)[target] per row, chunk by chunk, with the input gradient taken in the forward pass.
+
+    d logp_t / d h_t = W^T (onehot_t - softmax_t) needs the row's softmax, which the forward pass has in hand: it
+    is multiplied by W there, once, and kept ([n, H], small), so the backward pass is a product by the incoming
+    gradient. Checkpointed chunks (`_chunk_logprobs`) run the output layer three times (forward, again in
+    backward, and its input gradient) and the fp32 softmax's passes twice; this runs it twice and them once. The
+    output layer must be frozen (no gradient for W is computed)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk: int):
+        logps, jacobians = [], []
+        for i in range(0, hidden.shape[0], chunk):
+            t = targets[i:i + chunk, None]  # [c, 1]
+            logits = F.linear(hidden[i:i + chunk], weight).float()  # [c, V]
+            lse = logits.logsumexp(-1, keepdim=True)  # [c, 1]
+            logps.append((logits.gather(1, t) - lse).squeeze(1))
+            p = logits.sub_(lse).exp_().scatter_add_(1, t, torch.full_like(t, -1, dtype=logits.dtype))  # softmax - onehot
+            jacobians.append(-(p.to(weight.dtype) @ weight))  # [c, H]: d logp / d hidden
+        ctx.save_for_backward(torch.cat(jacobians) if jacobians else hidden.new_zeros(hidden.shape))
+        ctx.dtype = hidden.dtype
+        return torch.cat(logps) if logps else hidden.new_zeros(0, dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (jacobian,) = ctx.saved_tensors
+        return (grad[:, None] * jacobian.float()).to(ctx.dtype), None, None, None
+
+
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
     logits = head(hidden).float()  # [n, V]
     return torch.gather(logits.log_softmax(-1), 1, targets[:, None]).squeeze(1)  # [n]
@@ -215,6 +247,8 @@ def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 10
     # The token at flat position p is predicted from the hidden state at p - 1 (same row: column 0 is never trained).
     h = hidden.flatten(0, 1).index_select(0, where - 1)  # [n, H]
     targets = ids.flatten().index_select(0, where)  # [n]
+    if torch.is_grad_enabled() and h.is_cuda and _frozen_linear(head):
+        return ChosenLogprobs.apply(h, head.weight, targets, chunk)
     parts = []
     for i in range(0, h.shape[0], chunk):
         if torch.is_grad_enabled():
@@ -222,6 +256,10 @@ def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 10
         else:
             parts.append(_chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head))
     return torch.cat(parts) if parts else h.new_zeros(0)
+
+
+def _frozen_linear(head) -> bool:
+    return isinstance(head, torch.nn.Linear) and head.bias is None and not head.weight.requires_grad
 
 
 def _autocast_adapter(model, on: bool):

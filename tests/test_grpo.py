@@ -108,6 +108,42 @@ def test_token_logprobs_match_a_direct_computation():
     torch.testing.assert_close(got, want)
 
 
+def check_chosen_logprobs(device, dtype, atol):
+    """`ChosenLogprobs` (input gradient in the forward pass) against checkpointed chunks of the output layer:
+    the same log-probs and the same gradient with respect to the hidden states, over chunks of uneven length."""
+    from torch.utils.checkpoint import checkpoint
+
+    from talktosolve.grpo import ChosenLogprobs, _chunk_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    n, H, V, chunk = 300, 64, 1000, 128
+    head = torch.nn.Linear(H, V, bias=False).requires_grad_(False).to(device, dtype)
+    head.weight.copy_(torch.randn(V, H, generator=g).to(device, dtype) * 0.2)
+    hidden = torch.randn(n, H, generator=g).to(device, dtype).requires_grad_()
+    targets = torch.randint(0, V, (n,), generator=g).to(device)
+    weights = torch.randn(n, generator=g).to(device)  # any incoming gradient, not only a policy gradient's
+    got = ChosenLogprobs.apply(hidden, head.weight, targets, chunk)
+    (got * weights).sum().backward()
+    got_grad, hidden.grad = hidden.grad, None
+    want = torch.cat([checkpoint(_chunk_logprobs, hidden[i:i + chunk], targets[i:i + chunk], head, use_reentrant=False)
+                      for i in range(0, n, chunk)])
+    (want * weights).sum().backward()
+    torch.testing.assert_close(got, want, atol=atol, rtol=0)
+    torch.testing.assert_close(got_grad.float(), hidden.grad.float(), atol=atol, rtol=0)
+
+
+def test_logprobs_with_the_gradient_taken_forward_equal_checkpointed_chunks():
+    check_chosen_logprobs("cpu", torch.float32, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_logprobs_with_the_gradient_taken_forward_equal_checkpointed_chunks_on_gpu_in_bf16():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        check_chosen_logprobs("cuda", torch.bfloat16, atol=2e-2)
+
+
 def test_update_gradient_is_the_token_normalised_policy_gradient():
     torch.manual_seed(0)
     model = Toy()
