@@ -185,7 +185,8 @@ class EvalConfig:
     LoRA runs (and of the base) in the same engine passes, over one frozen base with each run's adapter in a slot
     of its own and each chat's seats read through theirs (`evaluate.evaluate_teams`). Each evaluation keeps its
     problems, batches and folder; its chats are drawn from the same distribution, not the same random numbers
-    (under greedy decoding they are the same chats). A pass then holds up to this many x `batch_chats` chats.
+    (under greedy decoding they are the same chats). A pass then holds up to this many x `batch_chats` chats;
+    the evaluations are split into groups as equal as this allows (20 at 6: four of 5), which share one engine.
     1: one evaluation at a time, each with its own engines. Full fine-tuning always evaluates one at a time.
     On an H200 at the paper preset's maximum lengths the recipe's 20 evaluations took 432.5 s at 6 against
     557.9 s at 1, at a peak of 119.2 GB against 29.4 (`bench/results/gpu_evals_together-h200-2026-12-02-a.json`):
