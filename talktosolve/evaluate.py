@@ -157,7 +157,8 @@ def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: 
     groups = [pending[j:j + size] for j in range(0, len(pending), size)]
     # The slot engine, kept from group to group (loaded and captured once), with slots for the most adapters any
     # group holds.
-    engines: dict = {"slots needed": max((len(_weights([seated[i] for i in g])[1]) for g in groups), default=0)}
+    engines: dict = {"slots needed": max((len(_weights([seated[i] for i in g])[1]) for g in groups if len(g) > 1),
+                                         default=0)}
     for group in groups:
         lineups = slot_lineups(cfg, [seated[i] for i in group], engines) if len(group) > 1 else None
         if lineups is None:
