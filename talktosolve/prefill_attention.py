@@ -15,7 +15,7 @@ first_b .. T-1 (held, shared and new tokens alike), the new ones the last n_b of
 
 On an H200 (`bench/results/profile_sample-packed-h200-2026-12-02.json`, 192 views of 1,100 tokens) FlashAttention
 took 3.7 ms a layer where the memory-efficient kernel took 13.7, and a six-run train step (where rows are
-uneven) 13.88 s against 16.22 (`bench/results/gpu_shared-h200-2026-12-02.json`).
+uneven) 13.88 s against 16.22 (`bench/results/gpu_shared-h200-2026-12-02-c.json`).
 
 Both are called alike, with a layer's q [B, Hq, S, D], new k, v [B, Hkv, S, D] and its caches [B, Hkv, L, D]
 (B = 1 and S = N when packed): they write the new tokens' K/V into the cache and return the attention
