@@ -11,8 +11,9 @@ forced to their maximum lengths (160/160/384/384). Measured in one process, side
                  median of the steps after the first; a shared step's time is the sum of its runs' perf/seconds
                  (the shared sampling once, each run's learning); the shared step again with every row reading
                  its whole prompt (`StaticEngine.share_prefixes` off: no run of tokens read once for a group);
-                 and with prefill over the left-padded block under its mask (`StaticEngine.packed_prefill` off:
-                 no packed rows, no FlashAttention)
+                 with prefill over the left-padded block under its mask (`StaticEngine.packed_prefill` off:
+                 no packed rows, no FlashAttention); and with the learner reading right-padded rows
+                 (`grpo.PACKED_ROWS` off: no shared run read once in learning)
   eval           one paper-preset evaluation (300 problems x 2 chats, the preset's batch), after a warm-up one,
                  with shared runs read once and with whole prompts
   evaluations    the recipe's evaluation stage over the --runs runs just trained (when they are the recipe's six),
@@ -101,6 +102,7 @@ def main():
     ap.add_argument("--skip-one-run", action="store_true", help="time only the shared steps (no one-run baseline)")
     ap.add_argument("--skip-whole-prompts", action="store_true", help="no shared step with whole prompts")
     ap.add_argument("--skip-masked-prefill", action="store_true", help="no shared step with the masked prefill")
+    ap.add_argument("--skip-padded-rows", action="store_true", help="no shared step with the learner's padded rows")
     ap.add_argument("--evaluations-from", default="",
                     help="with --skip-eval: take the evaluation stage's time for the projection from this "
                          "bench/gpu_evals_together.py JSON (its `together` stage), measured on the same GPU")
@@ -111,6 +113,7 @@ def main():
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from talktosolve import grpo
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.evaluate import evaluate
     from talktosolve.fast_engine import StaticEngine
@@ -177,10 +180,12 @@ def main():
                                parse_overrides(args.set))
         arms = [("chat", "cut")[j % 2] for j in range(args.runs)]
         res["steps"] = {}
-        stages = ([("one_run", 1, True, None)] * (not args.skip_one_run) + [("shared", args.runs, True, None)]
-                  + [("shared_whole_prompts", args.runs, False, None)] * (not args.skip_whole_prompts)
-                  + [("shared_masked_prefill", args.runs, True, False)] * (not args.skip_masked_prefill))
-        for name, k, share, packed in stages:
+        stages = ([("one_run", 1, True, None, True)] * (not args.skip_one_run)
+                  + [("shared", args.runs, True, None, True)]
+                  + [("shared_whole_prompts", args.runs, False, None, True)] * (not args.skip_whole_prompts)
+                  + [("shared_masked_prefill", args.runs, True, False, True)] * (not args.skip_masked_prefill)
+                  + [("shared_padded_rows", args.runs, True, None, False)] * (not args.skip_padded_rows))
+        for name, k, share, packed, packed_rows in stages:
             cfg = make_config("paper", merge_overrides(base, {"train": {"runs_per_process": k}}))
             train_set, test_set, _ = load_problems(cfg, Path(tmp) / "data")
             # The recipe's folder layout, so that its evaluation stage below finds the shared stage's runs done.
@@ -188,11 +193,11 @@ def main():
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            StaticEngine.share_prefixes, StaticEngine.packed_prefill = share, packed
+            StaticEngine.share_prefixes, StaticEngine.packed_prefill, grpo.PACKED_ROWS = share, packed, packed_rows
             t0 = time.perf_counter()
             train_runs(cfg, runs, train_set, progress=False)
             wall = time.perf_counter() - t0
-            StaticEngine.share_prefixes, StaticEngine.packed_prefill = True, None
+            StaticEngine.share_prefixes, StaticEngine.packed_prefill, grpo.PACKED_ROWS = True, None, True
             metrics = [m for *_, d in runs for m in read_jsonl(d / "metrics.jsonl")]
             row = {"runs": k, "wall_seconds_incl_load": wall, **steady(metrics, k)}
             res["steps"][name] = row
@@ -247,14 +252,14 @@ def main():
         "eval_together_gpu_minutes": minutes(together_s), "seed_gpu_minutes": 567.8,
         "step_speedup_per_run": args.runs * one["seconds"] / shared["seconds"] if one else None,
         **{f"shared_step_{key}_over_shared_runs": res["steps"][f"shared_{key}"]["seconds"] / shared["seconds"]
-           for key in ("whole_prompts", "masked_prefill") if f"shared_{key}" in res["steps"]}}
+           for key in ("whole_prompts", "masked_prefill", "padded_rows") if f"shared_{key}" in res["steps"]}}
     save()
     print()
     for r in res.get("decode", []):
         print(f"{'decode ms/step, prompt ' + str(r['prompt_tokens']):<34}{r['one_run_b32_ms']:>12.2f}"
               f"{r[f'{args.runs}_runs_b{32 * args.runs}_ms']:>18.2f}   ({r['speedup_per_run']:.2f}x per run; "
               f"slot mode, one run: {r['slot_mode_one_run_b32_ms']:.2f})")
-    others = [(key, res["steps"][key]) for key in ("shared_whole_prompts", "shared_masked_prefill")
+    others = [(key, res["steps"][key]) for key in ("shared_whole_prompts", "shared_masked_prefill", "shared_padded_rows")
               if key in res["steps"]]
     print(f"{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}" + "".join(f"{k[7:]:>18}" for k, _ in others))
     cell = lambda r, key, width: f"{r[key]:>{width}.2f}" if r else f"{'-':>{width}}"  # noqa: E731

@@ -55,8 +55,10 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--variants", default="c2,c4,t16384,t24576,t32768",
                     help="learner settings timed on the last step's samples: cN (N chats per micro-batch) or "
-                         "tN (N padded tokens per micro-batch); a `k` suffix adds gradient checkpointing, an `x` "
-                         "suffix runs the output layer as checkpointed chunks (the form before grpo.ChosenLogprobs)")
+                         "tN (N tokens per micro-batch); a `k` suffix adds gradient checkpointing, an `x` "
+                         "suffix runs the output layer as checkpointed chunks (the form before grpo.ChosenLogprobs), "
+                         "a `p` suffix reads right-padded rows (the form before learn_packing), an `s` suffix copies "
+                         "micro-batches from pageable memory (a stream sync each, the form before learn_packing.upload)")
     ap.add_argument("--runs", type=int, default=1,
                     help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
                          "summed over its runs; no learner settings are timed")
@@ -68,6 +70,7 @@ def main():
 
     import talktosolve.fast_engine as fe
     import talktosolve.grpo as grpo
+    import talktosolve.learn_packing as learn_packing
     import talktosolve.fast_layers as fl
     import talktosolve.reward as rw
     import talktosolve.rollout as ro
@@ -97,10 +100,10 @@ def main():
     state = {"step": 0}
 
     def variant(spec):
-        ckpt, old_head = spec.endswith("k"), spec.endswith("x")
-        n = int(spec[1:].rstrip("kx"))
-        return {"chats_per_microbatch": n if spec[0] == "c" else 2,
-                "microbatch_tokens": n if spec[0] == "t" else 0}, ckpt, old_head
+        n = int(spec[1:].rstrip("kxps"))
+        suffix = spec[1 + len(str(n)):]
+        return ({"chats_per_microbatch": n if spec[0] == "c" else 2, "microbatch_tokens": n if spec[0] == "t" else 0},
+                "k" in suffix, "x" in suffix, "p" in suffix, "s" in suffix)
 
     def learn(model, optimizer, samples, **kw):
         out = timed("learn", grpo_update)(model, optimizer, samples, **kw)
@@ -112,13 +115,17 @@ def main():
                        "microbatches": out.microbatches}
         hf = model.get_base_model()
         for spec in args.variants.split(","):
-            opts, ckpt, old_head = variant(spec)
+            opts, ckpt, old_head, padded, pageable = variant(spec)
             if ckpt:
                 from talktosolve.policy import enable_gradient_checkpointing
                 enable_gradient_checkpointing(hf)
             frozen_linear = grpo._frozen_linear
             if old_head:  # the output layer as checkpointed chunks, the form `grpo.ChosenLogprobs` replaced
                 grpo._frozen_linear = lambda head: False
+            grpo.PACKED_ROWS = not padded
+            upload = learn_packing.upload
+            if pageable:  # the copy before pinned memory: from pageable memory, which synchronises the stream
+                learn_packing.upload = lambda t, device: t.to(device)
             kw2 = {**kw, **opts}
             grpo_update(model, optimizer, samples, **kw2)  # meets the shapes once
             sync()
@@ -129,6 +136,8 @@ def main():
             sync()
             dt = time.perf_counter() - t
             row = {"variant": spec, **opts, "gradient_checkpointing": ckpt, "checkpointed_output_layer": old_head,
+                   "packed_rows": grpo.packs_rows(model, "cuda" if torch.cuda.is_available() else "cpu"),
+                   "pinned_copies": not pageable,
                    "seconds": dt,
                    "row_tokens_per_s": st.row_tokens / dt, "padded_tokens": st.padded_tokens,
                    "microbatches": st.microbatches,
@@ -136,6 +145,8 @@ def main():
             if ckpt:
                 hf.gradient_checkpointing_disable()
             grpo._frozen_linear = frozen_linear
+            grpo.PACKED_ROWS = True
+            learn_packing.upload = upload
             res["variants"].append(row)
             print("learn variant", {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
         # Wall time against kernel time for the step's own setting: how launch-bound is the learner? (The update

@@ -125,8 +125,9 @@ class TrainConfig:
     """Chats whose messages go through one forward/backward, when `microbatch_tokens` is 0 (a memory knob; it
     does not change the update)."""
     microbatch_tokens: int = 12288
-    """Micro-batches are filled by padded tokens (rows x width) up to this budget; 0 fills them by
-    `chats_per_microbatch` instead. Memory is then bounded whatever the message lengths, and short messages
+    """Micro-batches are filled up to this many tokens: packed tokens where the learner packs its rows (CUDA with
+    FlashAttention: each shared run once, no padding; `learn_packing`), padded tokens (rows x width) elsewhere;
+    0 fills them by `chats_per_microbatch` instead. Memory is then bounded whatever the message lengths, and short messages
     still make full-size micro-batches. In the paper-shape step on an H200 (bench/gpu_step.py), 12288 learned
     in 1.42 s what two chats per micro-batch (the seed's setting) learned in 2.15 s, at a peak of 32.8 GB
     against 22.6 (`bench/results/gpu_step-h200-2026-12-01-c.json`). A memory knob too: the update is the same."""
@@ -192,7 +193,9 @@ class EvalConfig:
     557.9 s at 1, at a peak of 119.2 GB against 29.4 (`bench/results/gpu_evals_together-h200-2026-12-02-a.json`):
     past 128 chats a pass, decode is no longer bound by reading the weights, so batching gains little. Since
     prefill is packed, 6 at a time took 350.2 s at a peak of 66.3 GB
-    (`bench/results/gpu_evals_together-h200-2026-12-02.json`; 1 was not timed again)."""
+    (`bench/results/gpu_evals_together-h200-2026-12-02-b.json`; 1 was not timed again), and with groups as equal
+    as this allows, one engine shared by the groups and sampling in a kernel, 303.4 s at 60.4 GB
+    (`bench/results/gpu_evals_together-h200-2026-12-02.json`)."""
     seed: int = 1234
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
     influence: bool = False

@@ -44,6 +44,11 @@ whose advantage is 0 (every chat of a group that scored alike: most groups early
 arm's) adds exactly 0 to L and its gradient, so it is not read at all; its tokens still count in N, and the
 optimizer still steps (on zero gradients when every message of the step is skipped), as it would have.
 
+On a GPU where FlashAttention's varlen kernel runs, a micro-batch's rows are packed into one sequence
+(`learn_packing`): rows that begin with the same run of tokens (a seat's view on one problem begins every one of
+its chats' rows) read that run once, and nothing is padded. Same log-probs (attention is causal, so a run's keys
+and values are the same in every row that begins with it), less compute; elsewhere rows are right-padded.
+
 Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
 through the output layer in chunks, so no [tokens x vocabulary] fp32 tensor ever lives for the whole batch. On a
 GPU, with the output layer frozen (LoRA), each chunk's input gradient is taken in the forward pass, where its
@@ -60,6 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from talktosolve import learn_packing, prefill_attention
 from talktosolve.policy import base_model
 
 
@@ -195,7 +201,8 @@ def _pad_right(rows: list, pad_id: int, device):
         for start, end, a in r.spans:
             comp[i, start:end] = True
             adv += [a] * (end - start)
-    return ids.to(device), comp, torch.tensor(adv, dtype=torch.float32).to(device)
+    return (learn_packing.upload(ids, device), comp,
+            learn_packing.upload(torch.tensor(adv, dtype=torch.float32), device))
 
 
 class ChosenLogprobs(torch.autograd.Function):
@@ -244,12 +251,27 @@ def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 10
         raise ValueError("a trained token in column 0 has no token before it to be predicted from")
     base = base_model(model)
     backbone, head = base.get_decoder(), base.get_output_embeddings()
-    where = comp.flatten().nonzero().squeeze(1).to(ids.device, non_blocking=True)  # [n] flat positions
+    where = learn_packing.upload(comp.flatten().nonzero().squeeze(1), ids.device)  # [n] flat positions
     # use_cache=False: a training pass has no use for a KV cache (it would cost memory, and guard compiled layers).
     hidden = backbone(input_ids=ids, use_cache=False).last_hidden_state  # [B, T, H]
     # The token at flat position p is predicted from the hidden state at p - 1 (same row: column 0 is never trained).
     h = hidden.flatten(0, 1).index_select(0, where - 1)  # [n, H]
     targets = ids.flatten().index_select(0, where)  # [n]
+    return _chosen_logprobs(h, targets, head, chunk)
+
+
+def packed_token_logprobs(model, packed, chunk: int = 1024) -> torch.Tensor:
+    """log pi(token) of every trained token of a packed micro-batch (`learn_packing.Packed`): [n], in its order."""
+    base = base_model(model)
+    backbone, head = base.get_decoder(), base.get_output_embeddings()
+    with learn_packing.selected(base):
+        hidden = backbone(input_ids=packed.ids[None], position_ids=packed.positions[None], use_cache=False,
+                          packed=packed).last_hidden_state[0]  # [N, H]
+    return _chosen_logprobs(hidden.index_select(0, packed.predict), packed.targets, head, chunk)
+
+
+def _chosen_logprobs(h: torch.Tensor, targets: torch.Tensor, head, chunk: int) -> torch.Tensor:
+    """h [n, H]: the states that predict `targets` [n] -> their log-probs [n], through the output layer in chunks."""
     if torch.is_grad_enabled() and h.is_cuda and _frozen_linear(head):
         return ChosenLogprobs.apply(h, head.weight, targets, chunk)
     parts = []
@@ -292,8 +314,28 @@ class StepStats:
     row_tokens: int = 0
     """Tokens this rank's forward passes read (prompts and completions, no padding)."""
     padded_tokens: int = 0
-    """The same with padding: what the micro-batches cost."""
+    """What the micro-batches' forward passes read: rows with their padding, or packed rows (each shared run
+    once, no padding)."""
     microbatches: int = 0
+
+
+PACKED_ROWS = True
+"""Pack the learner's rows (`learn_packing`) wherever `packs_rows` allows; False reads right-padded rows everywhere
+(the benchmarks time both)."""
+
+
+def packs_rows(model, device) -> bool:
+    """Whether an update packs its rows: on CUDA where FlashAttention's varlen kernel runs (the update computes in
+    bf16 there), for a model whose attention transformers dispatches. Elsewhere rows are right-padded."""
+    device = torch.device(device)
+    if not PACKED_ROWS or device.type != "cuda":
+        return False
+    base = base_model(model)
+    config = getattr(base, "config", None)
+    if config is None or not learn_packing.supported(base):
+        return False
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return prefill_attention.available(device, torch.bfloat16, head_dim)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -320,19 +362,29 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     total = torch.zeros((), device=device)
     gpu = device.type == "cuda"
     trained = [s for s in samples if s.advantage != 0]
-    batches = microbatches(to_sequences(trained), chats_per_microbatch, microbatch_tokens, _pad_multiple(device),
-                           messages_per_chat)
+    rows = to_sequences(trained)
+    packs = packs_rows(model, device)
+    if packs and microbatch_tokens > 0:
+        batches = learn_packing.microbatches(rows, microbatch_tokens)
+    else:
+        batches = microbatches(rows, chats_per_microbatch, microbatch_tokens, _pad_multiple(device), messages_per_chat)
     row_tokens = padded = 0
     with _autocast_adapter(model, gpu):
         for batch in batches:
-            ids, comp, adv = _pad_right(batch, pad_id, device)
             row_tokens += sum(len(r.ids) for r in batch)
-            padded += ids.numel()
             # The backward pass stays inside the kernel choice: gradient checkpointing recomputes attention
             # there, and must pick the same kernel as the forward pass did.
             with attention_kernels():
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=gpu):
-                    logp = token_logprobs(model, ids, comp)  # [n]
+                    if packs:
+                        packed = learn_packing.pack(batch, device)
+                        padded += len(packed)
+                        adv = packed.advantages
+                        logp = packed_token_logprobs(model, packed)  # [n]
+                    else:
+                        ids, comp, adv = _pad_right(batch, pad_id, device)
+                        padded += ids.numel()
+                        logp = token_logprobs(model, ids, comp)  # [n]
                 # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
                 ratio = torch.exp(logp - logp.detach())
                 loss = -(adv * ratio).sum() / n_tokens

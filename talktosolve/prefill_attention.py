@@ -82,14 +82,16 @@ def pack(new: list[int], first: torch.Tensor, T: int, n_kv: int, L: int) -> Pack
                    max(new), int(n_k.max()))
 
 
-def flash(q, k, v, p: Packing):
+def flash(q, k, v, p: Packing, scale: float | None = None):
     """FlashAttention's varlen forward: q [Nq, Hq, D], k, v [Nk, Hkv, D] -> [Nq, Hq, D], causal from the bottom
-    right of each row (Hkv may divide Hq)."""
+    right of each row (Hkv may divide Hq); softmax scale 1 / sqrt(D) unless given. Differentiable (aten's
+    backward is FlashAttention's varlen backward), which the learner's packed rows rely on."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
     return torch.ops.aten._flash_attention_forward(q, k, v, p.cu_q, p.cu_k, p.max_q, p.max_k, 0.0, True, False,
-                                                   scale=q.shape[-1] ** -0.5)[0]
+                                                   scale=scale)[0]
 
 
-def reference(q, k, v, p: Packing):
+def reference(q, k, v, p: Packing, scale: float | None = None):
     """What `flash` computes, one row at a time through SDPA with an explicit mask (tests; any device)."""
     out = []
     group = q.shape[1] // k.shape[1]
@@ -99,7 +101,7 @@ def reference(q, k, v, p: Packing):
         vb = v[p.cu_k[b]:p.cu_k[b + 1]].transpose(0, 1).repeat_interleave(group, 0)
         n, m = qb.shape[1], kb.shape[1]
         causal = torch.ones(n, m, dtype=torch.bool, device=q.device).tril(m - n)
-        out.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=causal).transpose(0, 1))
+        out.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=causal, scale=scale).transpose(0, 1))
     return torch.cat(out)
 
 
