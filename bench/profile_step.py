@@ -47,6 +47,20 @@ def timed(name, fn):
     return wrapper
 
 
+def replanned_microbatches(rows, max_tokens):
+    """`learn_packing.microbatches` as it was before `prefixes.Stretches`: the growing batch planned anew (its
+    packed `length`) for each row added. The same micro-batches; the baseline of the `r` variants."""
+    from talktosolve import learn_packing
+
+    out, batch = [], []
+    for row in sorted(rows, key=lambda r: r.ids):
+        if batch and learn_packing.length(batch + [row]) > max_tokens:
+            out.append(batch)
+            batch = []
+        batch.append(row)
+    return out + ([batch] if batch else [])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-dir", required=True)
@@ -58,7 +72,10 @@ def main():
                          "tN (N tokens per micro-batch); a `k` suffix adds gradient checkpointing, an `x` "
                          "suffix runs the output layer as checkpointed chunks (the form before grpo.ChosenLogprobs), "
                          "a `p` suffix reads right-padded rows (the form before learn_packing), an `s` suffix copies "
-                         "micro-batches from pageable memory (a stream sync each, the form before learn_packing.upload)")
+                         "micro-batches from pageable memory (a stream sync each, the form before learn_packing.upload), an `r` "
+                         "suffix plans packed micro-batches by planning the growing batch anew for each row (the "
+                         "form before prefixes.Stretches), an `e` suffix runs the output layer's softmax in eager passes (the form "
+                         "before grpo.FUSED_HEAD)")
     ap.add_argument("--runs", type=int, default=1,
                     help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
                          "summed over its runs; no learner settings are timed")
@@ -100,10 +117,10 @@ def main():
     state = {"step": 0}
 
     def variant(spec):
-        n = int(spec[1:].rstrip("kxps"))
+        n = int(spec[1:].rstrip("kxpsre"))
         suffix = spec[1 + len(str(n)):]
         return ({"chats_per_microbatch": n if spec[0] == "c" else 2, "microbatch_tokens": n if spec[0] == "t" else 0},
-                "k" in suffix, "x" in suffix, "p" in suffix, "s" in suffix)
+                "k" in suffix, "x" in suffix, "p" in suffix, "s" in suffix, "r" in suffix, "e" in suffix)
 
     def learn(model, optimizer, samples, **kw):
         out = timed("learn", grpo_update)(model, optimizer, samples, **kw)
@@ -115,7 +132,7 @@ def main():
                        "microbatches": out.microbatches}
         hf = model.get_base_model()
         for spec in args.variants.split(","):
-            opts, ckpt, old_head, padded, pageable = variant(spec)
+            opts, ckpt, old_head, padded, pageable, replanned, eager_head = variant(spec)
             if ckpt:
                 from talktosolve.policy import enable_gradient_checkpointing
                 enable_gradient_checkpointing(hf)
@@ -123,10 +140,18 @@ def main():
             if old_head:  # the output layer as checkpointed chunks, the form `grpo.ChosenLogprobs` replaced
                 grpo._frozen_linear = lambda head: False
             grpo.PACKED_ROWS = not padded
+            grpo.FUSED_HEAD = not eager_head
             upload = learn_packing.upload
             if pageable:  # the copy before pinned memory: from pageable memory, which synchronises the stream
                 learn_packing.upload = lambda t, device: t.to(device)
+            microbatches = learn_packing.microbatches
+            if replanned:
+                learn_packing.microbatches = replanned_microbatches
             kw2 = {**kw, **opts}
+            rows = grpo.to_sequences([x for x in samples if x.advantage != 0])
+            began = time.perf_counter()
+            learn_packing.microbatches(rows, opts["microbatch_tokens"] or 12288)
+            plan_s = time.perf_counter() - began
             grpo_update(model, optimizer, samples, **kw2)  # meets the shapes once
             sync()
             if torch.cuda.is_available():
@@ -137,7 +162,9 @@ def main():
             dt = time.perf_counter() - t
             row = {"variant": spec, **opts, "gradient_checkpointing": ckpt, "checkpointed_output_layer": old_head,
                    "packed_rows": grpo.packs_rows(model, "cuda" if torch.cuda.is_available() else "cpu"),
-                   "pinned_copies": not pageable,
+                   "pinned_copies": not pageable, "replanned_microbatches": replanned,
+                   "fused_head_softmax": not eager_head,
+                   "plan_s": plan_s,
                    "seconds": dt,
                    "row_tokens_per_s": st.row_tokens / dt, "padded_tokens": st.padded_tokens,
                    "microbatches": st.microbatches,
@@ -146,7 +173,9 @@ def main():
                 hf.gradient_checkpointing_disable()
             grpo._frozen_linear = frozen_linear
             grpo.PACKED_ROWS = True
+            grpo.FUSED_HEAD = True
             learn_packing.upload = upload
+            learn_packing.microbatches = microbatches
             res["variants"].append(row)
             print("learn variant", {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
         # Wall time against kernel time for the step's own setting: how launch-bound is the learner? (The update
@@ -208,7 +237,7 @@ def main():
         print(f"  {k:<44}{v:8.3f} s")
     for r in res["variants"]:
         print(f"  learn {r['variant']:<10} {r['seconds']:6.2f} s  {r['row_tokens_per_s']:8.0f} row tok/s  "
-              f"{r['microbatches']:3d} micro-batches  peak {r['peak_gb']:.1f} GB")
+              f"{r['microbatches']:3d} micro-batches  plan {r['plan_s']:.3f} s  peak {r['peak_gb']:.1f} GB")
 
 
 if __name__ == "__main__":

@@ -139,14 +139,19 @@ def pack(rows, device, kernel=None) -> Packed:
 
 def microbatches(rows, max_tokens: int) -> list[list]:
     """`rows` in sorted token order (rows that share a run are neighbours), cut into micro-batches of at most
-    `max_tokens` packed tokens each; a row longer than that goes alone."""
+    `max_tokens` packed tokens each; a row longer than that goes alone. The partition is grown row by row
+    (`prefixes.Stretches`), so each micro-batch's packed length is `length`'s at one partition step per row."""
     out: list[list] = []
     batch: list = []
+    stretches, tokens = prefixes.Stretches(), 0
     for row in sorted(rows, key=lambda r: r.ids):
-        if batch and length(batch + [row]) > max_tokens:
+        saved = stretches.push(prefixes.run_between(batch[-1].ids, row.ids) if batch else 0)
+        if batch and tokens + len(row.ids) - saved > max_tokens:
             out.append(batch)
-            batch = []
+            batch, stretches, tokens = [], prefixes.Stretches(), 0
+            stretches.push(0)
         batch.append(row)
+        tokens += len(row.ids)
     return out + ([batch] if batch else [])
 
 

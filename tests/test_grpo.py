@@ -144,6 +144,23 @@ def test_logprobs_with_the_gradient_taken_forward_equal_checkpointed_chunks_on_g
         check_chosen_logprobs("cuda", torch.bfloat16, atol=2e-2)
 
 
+@pytest.mark.gpu
+def test_the_compiled_head_softmax_gives_the_eager_passes_log_probs_and_softmax_minus_onehot_on_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from talktosolve.grpo import _compiled_softmax, _softmax_minus_onehot
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1024, 300):  # a whole chunk, then a shorter last one (one dynamic-shape compilation serves both)
+        logits = (torch.randn(n, 5003, generator=g) * 4).to("cuda", torch.bfloat16)
+        targets = torch.randint(0, 5003, (n, 1), generator=g).to("cuda")
+        got_logp, got_p = _compiled_softmax()(logits, targets)
+        want_logp, want_p = _softmax_minus_onehot(logits, targets)
+        assert got_p.dtype == torch.bfloat16
+        torch.testing.assert_close(got_logp, want_logp, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_p, want_p)
+
+
 def test_update_gradient_is_the_token_normalised_policy_gradient():
     torch.manual_seed(0)
     model = Toy()

@@ -105,6 +105,27 @@ def test_packed_microbatches_keep_to_their_budget_and_every_row_once():
     assert len(one) == 1
 
 
+def test_packed_microbatches_are_the_greedy_fill_by_packed_length():
+    g = torch.Generator().manual_seed(5)
+    rows = []
+    for problem in range(4):
+        view = torch.randint(1, 97, (24 + 6 * problem,), generator=g).tolist()
+        for chat in range(5):
+            n = int(torch.randint(2, 30, (1,), generator=g))
+            ids = view + torch.randint(1, 97, (n,), generator=g).tolist()
+            rows.append(Sequence(ids, [(len(view), len(ids), 0.5)]))
+    for budget in (40, 90, 150, 400):
+        want, batch = [], []  # the definition: rows in sorted order, a batch closed when the next would overflow
+        for row in sorted(rows, key=lambda r: r.ids):
+            if batch and learn_packing.length(batch + [row]) > budget:
+                want.append(batch)
+                batch = []
+            batch.append(row)
+        want.append(batch)
+        got = learn_packing.microbatches(rows, budget)
+        assert [[id(r) for r in b] for b in got] == [[id(r) for r in b] for b in want]
+
+
 def test_the_learner_pads_rows_on_a_cpu():
     assert not grpo.packs_rows(_lora_model(), "cpu")
 

@@ -118,3 +118,37 @@ def test_reading_shared_runs_once_on_the_gpu_samples_what_reading_every_row_whol
     got = shared.generate(rows, 8)
     assert shared.shared_tokens > 0
     assert got == whole.generate(rows, 8)
+
+
+def _best_partition(rows, least):
+    """The most tokens any split of sorted `rows` into consecutive stretches saves, by trying every split."""
+    from itertools import product
+
+    from talktosolve.prefixes import run_between
+
+    runs = [run_between(a, b) for a, b in zip(rows, rows[1:])]
+    best = 0
+    for cuts in product((False, True), repeat=len(runs)):
+        saved, first = 0, 0
+        for end in [j + 1 for j, cut in enumerate(cuts) if cut] + [len(rows)]:
+            if end - first > 1:
+                run = min(runs[first:end - 1])
+                saved += (end - first - 1) * run if run >= least else -10**9
+            first = end
+        best = max(best, saved)
+    return best
+
+
+def test_stretches_grown_row_by_row_save_what_the_best_split_saves_and_pop_takes_a_row_back():
+    from talktosolve.prefixes import Stretches, run_between
+
+    for seed in range(6):
+        rows = sorted(views(problems=2, chats=4, seed=seed))
+        stretches, saved = Stretches(least=16), []
+        for j, row in enumerate(rows):
+            saved.append(stretches.push(run_between(rows[j - 1], row) if j else 0))
+            assert saved[-1] == _best_partition(rows[:j + 1], 16)
+        stretches.pop()
+        assert stretches.push(run_between(rows[-2], rows[-1])) == saved[-1]
+        p = plan(rows, [0] * len(rows), keep_below=float("inf"))
+        assert sum(p.shared) - sum(p.runs) == saved[-1]
