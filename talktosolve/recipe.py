@@ -472,7 +472,10 @@ def run_facts(cfg: Config, protocol: Protocol, seconds: float, train_seconds: fl
     return {
         "model": cfg.model.name_or_path,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__, "peft": peft.__version__, "talktosolve": __version__},
+                     "transformers": transformers.__version__, "peft": peft.__version__, "talktosolve": __version__,
+                     # CPU kernels round differently by instruction set, so a CPU run repeats bit for bit only
+                     # where this matches.
+                     "cpu_capability": torch.backends.cpu.get_cpu_capability()},
         "protocol": protocol.to_json(),
         "arms": list(cfg.arms), "seeds": list(cfg.seeds), "steps": cfg.train.steps,
         "device": str(device), "gpu": gpu,
