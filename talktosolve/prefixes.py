@@ -59,10 +59,10 @@ class Stretches:
     """The partition that saves the most tokens, built one row at a time over rows already in sorted order.
 
     `push` takes a row's run with the row before it (`run_between`; 0 for the first row, or where rows may not
-    share) and returns the most tokens the rows so far can save; `pop` takes the last row back. A push is one
-    pass over the rows so far, so a batch grown row by row (the learner's micro-batches) costs one exact
-    partition per row, not one per row per row: a paper-shape step's 128 rows took 0.009 s of the host to cut
-    against 0.040 s (`bench/results/profile_step-plan-h200-2026-12-02.json`)."""
+    share) and returns the most tokens the rows so far can save. A push is one pass over the rows so far, so a
+    batch grown row by row (the learner's micro-batches) costs one exact partition per row, not one per row per
+    row: a paper-shape step's 128 rows took 0.009 s of the host to cut against 0.040 s
+    (`bench/results/profile_step-plan-h200-2026-12-02.json`)."""
 
     def __init__(self, least: int = LEAST):
         self.least = least
@@ -72,9 +72,6 @@ class Stretches:
         """best[k]: the most tokens saved over the first k rows."""
         self.start = [-1]
         """start[k]: where the stretch ending at row k - 1 begins."""
-
-    def __len__(self) -> int:
-        return len(self.common)
 
     def push(self, common: int) -> int:
         b = len(self.common)
@@ -91,11 +88,6 @@ class Stretches:
         self.best.append(best)
         self.start.append(start)
         return best
-
-    def pop(self) -> None:
-        self.common.pop()
-        self.best.pop()
-        self.start.pop()
 
     def groups(self) -> list[tuple[int, int, int]]:
         """(first, end, run) of each stretch of more than one row, the last stretch first."""
