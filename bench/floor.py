@@ -9,7 +9,9 @@ benchmarks' random-init model does. It records each call's rows, prompt lengths 
 would read. Then, for the Qwen2.5-1.5B shape of the given config:
 
   decode    a step reads the bf16 weights once (base, output layer and the slots' adapters) and every row's K/V
-            so far; its arithmetic is 2 x the linear weights a row plus attention over the row's context
+            so far; its arithmetic is 2 x the linear weights a row plus attention over the row's context (also
+            counted, as `kv_padded_gb`: the K/V a step would read with every row as long as the call's longest,
+            left padding included)
   prefill   every token read goes through the linear layers (2 x weights) and attends over its context
   learning  each run-step's rows as the learner reads them (a seat's earlier message inside its final view when
             its ids begin that view): forward and input gradient through the frozen weights (4 x weights a
@@ -116,10 +118,12 @@ def main():
     def phase_floor(engine: Counting, weight_bytes_per_step, passes: int = 1) -> dict:
         """Seconds at peak of the decode steps and prefill of `engine`'s calls (call i of every `passes` shares its
         decode steps' weight reads with the others of its pass), and what they moved and computed."""
-        decode_s = kv_bytes = weight_bytes = decode_flops = prefill_flops = 0.0
+        decode_s = kv_bytes = kv_padded = weight_bytes = decode_flops = prefill_flops = 0.0
         for c in engine.calls:
             for step in range(1, c["new"]):  # the first token comes out of prefill
                 kv = sum(n + step for n in c["lengths"]) * kv_token
+                # what a kernel reading every column from the first would read: each row as long as the longest
+                kv_padded += len(c["lengths"]) * (max(c["lengths"]) + step) * kv_token
                 w = weight_bytes_per_step(c["adapters"]) / passes
                 flops = len(c["lengths"]) * 2 * linear + sum(attn(n + step) for n in c["lengths"])
                 decode_s += max((kv + w) / args.bandwidth, flops / args.flops)
@@ -127,6 +131,7 @@ def main():
             # each row's new tokens attend over at most its whole prompt: an upper bound on attention's share
             prefill_flops += c["read"] * 2 * linear + sum(attn(n) for n in c["lengths"]) * c["read"] / len(c["lengths"])
         return {"decode_seconds": decode_s, "prefill_seconds": prefill_flops / args.flops, "kv_gb": kv_bytes / 1e9,
+                "kv_padded_gb": kv_padded / 1e9,
                 "weight_gb": weight_bytes / 1e9, "decode_tflop": decode_flops / 1e12,
                 "prefill_tflop": prefill_flops / 1e12,
                 "decode_steps": sum(c["new"] - 1 for c in engine.calls),

@@ -5,7 +5,11 @@ runs, on a random-init model built from the real Qwen2.5-1.5B-Instruct config wi
 forced to their maximum length. The runs are trained once; then the recipe runs its evaluation stage twice over
 copies of them: with `eval.batch_evals=1` (each evaluation with its own engines, as today) and with
 `eval.batch_evals=N` (up to N evaluations in the same passes of one slot-mode engine). Each stage is timed whole,
-model loading, capture and report included; peak memory per stage. Prints a table and writes JSON.
+model loading, capture and report included; peak memory per stage. `--read-padding-too` plays the together stage
+also with the decode attention reading every row's left padding (`StaticEngine.read_padding`: the kernel's form
+before it read each row's own columns alone), once before it (which compiles and captures for both forms, so
+neither compared stage pays for it) and once after; the ratio is taken between the two stages after the first.
+Prints a table and writes JSON.
 
   python bench/gpu_evals_together.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out X.json
 """
@@ -34,6 +38,9 @@ def main():
                     help="eval.batch_evals of the second stage (a pass holds this many x eval.batch_chats chats)")
     ap.add_argument("--skip-alone", action="store_true",
                     help="time only the stage played together (no one-at-a-time baseline, no equality check)")
+    ap.add_argument("--read-padding-too", action="store_true",
+                    help="also play together with the attention reading the rows' padding (the old form), before "
+                         "and after")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--set", action="append", default=[],
                     help="config override for every stage, a.b=value (a CPU smoke run shortens the messages)")
@@ -42,6 +49,7 @@ def main():
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
+    from talktosolve.fast_engine import StaticEngine
     from talktosolve.recipe import run_recipe
     from talktosolve.store import read_json
     from talktosolve.tasks import load_problems
@@ -63,8 +71,13 @@ def main():
         train_runs(cfg, [(arm, seed, first / "runs" / f"{arm}-s{seed}") for arm in cfg.arms for seed in cfg.seeds],
                    train_set, progress=False)
         res["train_seconds"] = time.perf_counter() - t0
-        shutil.copytree(first / "runs", Path(tmp) / "together" / "runs")
-        for name, n in [("alone", 1)] * (not args.skip_alone) + [("together", args.together)]:
+        stages = ([("alone", 1)] * (not args.skip_alone)
+                  + [("together_read_padding_warm_up", args.together)] * args.read_padding_too
+                  + [("together", args.together)] + [("together_read_padding", args.together)] * args.read_padding_too)
+        for name, _ in stages[1:] if not args.skip_alone else stages:
+            shutil.copytree(first / "runs", Path(tmp) / name / "runs")
+        for name, n in stages:
+            StaticEngine.read_padding = name.startswith("together_read_padding")
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -72,6 +85,7 @@ def main():
             run_recipe(make_config("paper", merge_overrides(base, {"eval": {"batch_evals": n}})), Path(tmp) / name,
                        preset="paper", progress=False)
             seconds = time.perf_counter() - t0
+            StaticEngine.read_padding = False
             evals = sorted(p.parent.name for p in (Path(tmp) / name / "evals").glob("*/summary.json"))
             keys = {e: read_json(Path(tmp) / name / "evals" / e / "summary.json")["key"] for e in evals}
             row = {"stage": name, "batch_evals": n, "evaluations": len(evals), "seconds": seconds,
@@ -79,14 +93,20 @@ def main():
             res["stages"].append(row)
             print({k: v for k, v in row.items() if k != "keys"}, flush=True)
         if not args.skip_alone:
-            alone, together = res["stages"]
+            alone, together = (next(r for r in res["stages"] if r["stage"] == s) for s in ("alone", "together"))
             res["same_evaluations"] = alone["keys"] == together["keys"]
             res["speedup"] = alone["seconds"] / together["seconds"]
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-    print(f"{'evaluations':<22}{'batch_evals':>12}{'seconds':>9}{'peak GB':>9}")
+    print(f"{'evaluations':<34}{'batch_evals':>12}{'seconds':>9}{'peak GB':>9}")
     for r in res["stages"]:
-        print(f"{r['evaluations']:>3} {r['stage']:<18}{r['batch_evals']:>12}{r['seconds']:>9.1f}"
+        print(f"{r['evaluations']:>3} {r['stage']:<30}{r['batch_evals']:>12}{r['seconds']:>9.1f}"
               f"{(r['peak_gb'] or 0):>9.1f}")
+    if args.read_padding_too:
+        together, old = (next(r for r in res["stages"] if r["stage"] == s)
+                         for s in ("together", "together_read_padding"))
+        res["read_padding_over_own_columns"] = old["seconds"] / together["seconds"]
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+        print(f"reading the padding / each row's own columns: {res['read_padding_over_own_columns']:.3f}")
     if "speedup" in res:
         print(f"together / alone: {1 / res['speedup']:.3f} (same evaluations: {res['same_evaluations']})")
 

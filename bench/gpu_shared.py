@@ -12,8 +12,10 @@ forced to their maximum lengths (160/160/384/384). Measured in one process, side
                  (the shared sampling once, each run's learning); the shared step again with every row reading
                  its whole prompt (`StaticEngine.share_prefixes` off: no run of tokens read once for a group);
                  with prefill over the left-padded block under its mask (`StaticEngine.packed_prefill` off:
-                 no packed rows, no FlashAttention); and with the learner reading right-padded rows
-                 (`grpo.PACKED_ROWS` off: no shared run read once in learning)
+                 no packed rows, no FlashAttention); with the learner reading right-padded rows
+                 (`grpo.PACKED_ROWS` off: no shared run read once in learning); and with the decode attention
+                 reading every row's left padding too (`StaticEngine.read_padding` on: the kernel's form before
+                 it read each row's own columns alone)
   eval           one paper-preset evaluation (300 problems x 2 chats, the preset's batch), after a warm-up one,
                  with shared runs read once and with whole prompts
   evaluations    the recipe's evaluation stage over the --runs runs just trained (when they are the recipe's six),
@@ -103,6 +105,8 @@ def main():
     ap.add_argument("--skip-whole-prompts", action="store_true", help="no shared step with whole prompts")
     ap.add_argument("--skip-masked-prefill", action="store_true", help="no shared step with the masked prefill")
     ap.add_argument("--skip-padded-rows", action="store_true", help="no shared step with the learner's padded rows")
+    ap.add_argument("--skip-read-padding", action="store_true",
+                    help="no shared step with the decode attention reading the rows' padding")
     ap.add_argument("--evaluations-from", default="",
                     help="with --skip-eval: take the evaluation stage's time for the projection from this "
                          "bench/gpu_evals_together.py JSON (its `together` stage), measured on the same GPU")
@@ -180,12 +184,14 @@ def main():
                                parse_overrides(args.set))
         arms = [("chat", "cut")[j % 2] for j in range(args.runs)]
         res["steps"] = {}
-        stages = ([("one_run", 1, True, None, True)] * (not args.skip_one_run)
-                  + [("shared", args.runs, True, None, True)]
-                  + [("shared_whole_prompts", args.runs, False, None, True)] * (not args.skip_whole_prompts)
-                  + [("shared_masked_prefill", args.runs, True, False, True)] * (not args.skip_masked_prefill)
-                  + [("shared_padded_rows", args.runs, True, None, False)] * (not args.skip_padded_rows))
-        for name, k, share, packed, packed_rows in stages:
+        # (name, runs, share_prefixes, packed_prefill, PACKED_ROWS, read_padding)
+        stages = ([("one_run", 1, True, None, True, False)] * (not args.skip_one_run)
+                  + [("shared", args.runs, True, None, True, False)]
+                  + [("shared_whole_prompts", args.runs, False, None, True, False)] * (not args.skip_whole_prompts)
+                  + [("shared_masked_prefill", args.runs, True, False, True, False)] * (not args.skip_masked_prefill)
+                  + [("shared_padded_rows", args.runs, True, None, False, False)] * (not args.skip_padded_rows)
+                  + [("shared_read_padding", args.runs, True, None, True, True)] * (not args.skip_read_padding))
+        for name, k, share, packed, packed_rows, read_padding in stages:
             cfg = make_config("paper", merge_overrides(base, {"train": {"runs_per_process": k}}))
             train_set, test_set, _ = load_problems(cfg, Path(tmp) / "data")
             # The recipe's folder layout, so that its evaluation stage below finds the shared stage's runs done.
@@ -194,10 +200,12 @@ def main():
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             StaticEngine.share_prefixes, StaticEngine.packed_prefill, grpo.PACKED_ROWS = share, packed, packed_rows
+            StaticEngine.read_padding = read_padding
             t0 = time.perf_counter()
             train_runs(cfg, runs, train_set, progress=False)
             wall = time.perf_counter() - t0
             StaticEngine.share_prefixes, StaticEngine.packed_prefill, grpo.PACKED_ROWS = True, None, True
+            StaticEngine.read_padding = False
             metrics = [m for *_, d in runs for m in read_jsonl(d / "metrics.jsonl")]
             row = {"runs": k, "wall_seconds_incl_load": wall, **steady(metrics, k)}
             res["steps"][name] = row
@@ -252,15 +260,16 @@ def main():
         "eval_together_gpu_minutes": minutes(together_s), "seed_gpu_minutes": 567.8,
         "step_speedup_per_run": args.runs * one["seconds"] / shared["seconds"] if one else None,
         **{f"shared_step_{key}_over_shared_runs": res["steps"][f"shared_{key}"]["seconds"] / shared["seconds"]
-           for key in ("whole_prompts", "masked_prefill", "padded_rows") if f"shared_{key}" in res["steps"]}}
+           for key in ("whole_prompts", "masked_prefill", "padded_rows", "read_padding")
+           if f"shared_{key}" in res["steps"]}}
     save()
     print()
     for r in res.get("decode", []):
         print(f"{'decode ms/step, prompt ' + str(r['prompt_tokens']):<34}{r['one_run_b32_ms']:>12.2f}"
               f"{r[f'{args.runs}_runs_b{32 * args.runs}_ms']:>18.2f}   ({r['speedup_per_run']:.2f}x per run; "
               f"slot mode, one run: {r['slot_mode_one_run_b32_ms']:.2f})")
-    others = [(key, res["steps"][key]) for key in ("shared_whole_prompts", "shared_masked_prefill", "shared_padded_rows")
-              if key in res["steps"]]
+    others = [(key, res["steps"][key]) for key in ("shared_whole_prompts", "shared_masked_prefill", "shared_padded_rows",
+                                                   "shared_read_padding") if key in res["steps"]]
     print(f"{'':<34}{'one run':>12}{f'{args.runs} runs shared':>18}" + "".join(f"{k[7:]:>18}" for k, _ in others))
     cell = lambda r, key, width: f"{r[key]:>{width}.2f}" if r else f"{'-':>{width}}"  # noqa: E731
     for key, label in (("seconds", "step s"), ("sample_seconds", "  sampling s"), ("learn_seconds", "  learning s"),

@@ -3,9 +3,12 @@ portable attention (two matmuls and a masked softmax, compiled), at the paper mo
 6 query heads each, head dimension 128, bf16).
 
 Each variant is captured 20 times in one CUDA graph and replayed (as inside the engine's decode graph, so launch
-overhead is not counted); `gb_per_s` is the filled columns' K and V bytes over the time. Shapes: batch 32
+overhead is not counted); `gb_per_s` is the attended columns' K and V bytes over the time. Shapes: batch 32
 (training) and 128 / 300 (evaluation), caches of 768 and 1,536 columns, 80% filled, rows starting at random
-columns (left padding). Every configuration is checked against fp32 attention first.
+columns below each `--padding` bound (left padding). Every configuration is checked against fp32 attention first.
+Besides the launch configurations (`--configs all`; `default` times the default alone), the default
+configuration reading every column below the filled count, the rows' padding too (`read_padding=True`: the
+kernel's form before it read each row's own columns alone).
 
   python bench/profile_attention.py --out attention.json
 """
@@ -56,10 +59,14 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--batches", default="32,128,300")
     ap.add_argument("--lengths", default="768,1536")
+    ap.add_argument("--padding", default="100",
+                    help="bounds of the rows' left padding, in columns: rows start at random below each")
+    ap.add_argument("--configs", choices=("all", "default"), default="all")
     args = ap.parse_args()
 
     import triton
 
+    from talktosolve import decode_attention
     from talktosolve.decode_attention import attend
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -67,15 +74,19 @@ def main():
            "rows": []}
     H, G, D = 2, 6, 128
     compiled = torch.compile(portable)
+    default = dict(block=decode_attention.BLOCK, chunk=decode_attention.CHUNK, num_warps=decode_attention.NUM_WARPS,
+                   num_stages=decode_attention.NUM_STAGES)
     configs = [dict(block=b, chunk=c, num_warps=w, num_stages=s)
                for b, c, w, s in itertools.product((32, 64, 128), (128, 256, 512), (4, 8), (1, 2, 3)) if c >= b]
+    configs = (configs if args.configs == "all" else [default]) + [{**default, "read_padding": True}]
     g = torch.Generator(device="cuda").manual_seed(0)
-    for B, L in itertools.product([int(x) for x in args.batches.split(",")], [int(x) for x in args.lengths.split(",")]):
+    for B, L, pad in itertools.product(*([int(x) for x in a.split(",")] for a in (args.batches, args.lengths,
+                                                                                   args.padding))):
         filled = int(0.8 * L)
         q = torch.randn(B, H, G, D, device="cuda", dtype=torch.bfloat16, generator=g)
         k = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
         v = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        first = torch.randint(0, 100, (B,), device="cuda", generator=g)
+        first = torch.randint(0, pad, (B,), device="cuda", generator=g)
         cols = torch.arange(L, device="cuda")
         valid = (cols[None] >= first[:, None]) & (cols[None] < filled)
         n = torch.tensor([filled], device="cuda")
@@ -89,28 +100,32 @@ def main():
         rows = [{"variant": "portable (compiled matmuls, all L columns)", "ms": ms, "max_err": err}]
         for c in configs:
             try:
-                err = (attend(q, k, v, valid, n, **c).float() - want).abs().max().item()
-                ms = graph_ms(lambda: attend(q, k, v, valid, n, **c))
+                err = (attend(q, k, v, first, n, **c).float() - want).abs().max().item()
+                ms = graph_ms(lambda: attend(q, k, v, first, n, **c))
             except Exception as e:  # noqa: BLE001 - a configuration the compiler rejects: record, go on
                 rows.append({"variant": "kernel", **c, "error": repr(e)[:200]})
                 continue
             rows.append({"variant": "kernel", **c, "ms": ms, "max_err": err})
         for r in rows:
             if "ms" in r:
-                r.update(batch=B, columns=L, filled=filled, gb_per_s=nbytes / r["ms"] / 1e6)
+                r.update(batch=B, columns=L, filled=filled, padding_below=pad,
+                         padded_share=1 - valid.sum().item() / (B * filled), gb_per_s=nbytes / r["ms"] / 1e6)
         rows.sort(key=lambda r: r.get("ms", float("inf")))
         res["rows"] += rows
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
         base = next(r for r in rows if r["variant"].startswith("portable"))
-        print(f"\nbatch {B}, {L} columns ({filled} filled): portable {base['ms'] * 1000:.1f} us "
+        print(f"\nbatch {B}, {L} columns ({filled} filled, padding below {pad}): portable {base['ms'] * 1000:.1f} us "
               f"({base['gb_per_s']:.0f} GB/s of filled K/V)", flush=True)
         for r in [r for r in rows if r["variant"] == "kernel" and "ms" in r][:6]:
-            print(f"  block {r['block']:>3} chunk {r['chunk']:>3} warps {r['num_warps']} stages {r['num_stages']}: "
+            print(f"  block {r['block']:>3} chunk {r['chunk']:>3} warps {r['num_warps']} stages {r['num_stages']}"
+                  f"{' reading the padding' if r.get('read_padding') else ''}: "
                   f"{r['ms'] * 1000:7.1f} us {r['gb_per_s']:6.0f} GB/s  err {r['max_err']:.1e}", flush=True)
-        default = next((r for r in rows if r.get("block") == 64 and r.get("chunk") == 128 and r.get("num_warps") == 4
-                        and r.get("num_stages") == 2 and "ms" in r), None)
-        if default:
-            print(f"  current default (64/128/4/2): {default['ms'] * 1000:.1f} us", flush=True)
+        mine = next((r for r in rows if "ms" in r and all(r.get(k) == v for k, v in default.items())
+                     and not r.get("read_padding")), None)
+        old = next((r for r in rows if "ms" in r and r.get("read_padding")), None)
+        if mine and old:
+            print(f"  default: {mine['ms'] * 1000:.1f} us; reading the padding too: {old['ms'] * 1000:.1f} us "
+                  f"({old['ms'] / mine['ms']:.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ through FlashAttention (`prefill_attention.Packed`, the default on CUDA) against
 `--compare autotune`: the decode step's compiled halves as the engine compiles them, and under inductor's
 max-autotune (Triton matmul templates benchmarked against cuBLAS); each engine's compile-and-capture time is
 recorded. `--compare sampler`: the decode step's sampling in the split Triton kernel (`decode_sampling`, the default on
-CUDA), as eager passes over the logits (the engine's path without it), and compiled by torch.compile. Writes
-JSON.
+CUDA), as eager passes over the logits (the engine's path without it), and compiled by torch.compile.
+`--compare padding`: rows of unequal views (lengths drawn between `--spread` below each view length and it, so
+rows are left-padded as the chat and cut arms' rows are in one call), the decode attention reading each row's
+own columns (the default) against reading every column below the filled count (`StaticEngine.read_padding`).
+Writes JSON.
 
     python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
 """
@@ -41,7 +44,10 @@ def main():
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune", "sampler"), default="prefill")
+    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune", "sampler", "padding"),
+                    default="prefill")
+    ap.add_argument("--spread", type=float, default=0.5,
+                    help="--compare padding: a row's view is between (1 - spread) x and the full view length")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -60,8 +66,13 @@ def main():
     n_linear = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lora_" not in n)
     g = torch.Generator().manual_seed(0)
     B = args.batch
-    views = {n: [torch.randint(0, 150000, (n,), generator=g).tolist() for _ in range(B)] for n in (600, 1100)}
-    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": []}
+    spread = args.spread if args.compare == "padding" else 0.0
+    # each view length's rows: one of the full length, the rest drawn below it (all of it when spread is 0)
+    lengths = {n: [n] + torch.randint(int(n * (1 - spread)), n + 1, (B - 1,), generator=g).tolist()
+               for n in (600, 1100)}
+    views = {n: [torch.randint(0, 150000, (m,), generator=g).tolist() for m in lengths[n]] for n in (600, 1100)}
+    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": B, "rows": [],
+           **({"spread": spread, "mean_view_tokens": {n: sum(m) / B for n, m in lengths.items()}} if spread else {})}
     engines = {}
     def compiled_sampling(engine):
         """The engine's eager Gumbel-max (uniform form) under torch.compile: one reduction, a program per row."""
@@ -85,6 +96,8 @@ def main():
         "sampler": (("sampling kernel (default)", {}, None),
                     ("eager sampling", {}, lambda e: setattr(e, "sampling_kernel", False)),
                     ("compiled sampling", {}, compiled_sampling)),
+        "padding": (("own columns (default)", {}, None),
+                    ("reading the padding", {}, lambda e: setattr(e, "read_padding", True))),
     }[args.compare]
     for name, options, setup in variants:
         eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, **options)
@@ -101,7 +114,7 @@ def main():
             one = cuda_time(lambda: eng.generate(v, 1, gen, capacity=1280))
             full = cuda_time(lambda: eng.generate(v, 129, gen, capacity=1280))
             row = {"engine": name, "view_tokens": n, "prefill_s": one, "decode_ms_per_step": 1000 * (full - one) / 128,
-                   "prefill_tflops": 2 * n_linear * B * n / one / 1e12}
+                   "prefill_tflops": 2 * n_linear * sum(map(len, v)) / one / 1e12}
             res["rows"].append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     for name in list(engines)[:1 if args.compare in ("prefill", "packed") else 3]:

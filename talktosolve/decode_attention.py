@@ -14,14 +14,22 @@ cannot hold. Hence this kernel, written by hand:
   memory and skips chunks past it, so one captured graph attends over exactly the filled columns at every step.
 - `_combine`: grid (B * Hkv,). Merges the chunks' partial results (rescaled to a common max) and divides once.
 
-Columns are attended when they are below the filled count and marked in `valid` [B, L] (left padding is not).
+A row's tokens are the columns from its first (`first[b]`: rows are left-padded so that every row's newest token
+sits in the same column) to the filled count. Columns before a row's first are neither attended nor read: a
+chunk wholly inside the padding returns at once and a block's loads are masked to the row's own columns, so a step
+reads each row's K/V, not the batch's longest row's. Rows of one call differ most where arms share an engine (the
+cut arm's views lack the partner's words): over the paper recipe's training calls the padded columns were a third
+more than the rows' own (`bench/floor.py`'s count, `kv_padded_gb` in `bench/results/floor-h200-2026-12-03.json`).
 Scores are exact fp32 products of the bf16 inputs; the exponentials enter the value product rounded to the
 cache's dtype, as the portable path's probabilities do. `available()` is False without Triton or CUDA, or for a head
 size the kernel cannot tile, and the engine then keeps the portable path.
 
 Measured on an H200 (docs/performance.md, Decode): at batch 32, where reading the weights dominates a decode step,
 it is even with the portable path (2-3% faster steps); at batch 128 decode steps are 23-25% faster, which is what
-evaluation's large batches gain. `bench/profile_attention.py` times the launch configurations.
+evaluation's large batches gain. Reading each row's own columns made a decode step of 192 rows whose views lie
+between half and all of 1,100 tokens 1.11x faster than reading the padding too (3.98 against 4.43 ms,
+`bench/results/profile_sample-padding-h200-2026-12-03.json`). `bench/profile_attention.py` times the launch
+configurations, and (`read_padding=True`) the form before.
 """
 
 from __future__ import annotations
@@ -58,11 +66,11 @@ def available(device: torch.device, head_dim: int) -> bool:
 if triton is not None:
 
     @triton.jit
-    def _partial(q, k, v, valid, n_cols, m_out, l_out, acc_out,
+    def _partial(q, k, v, first, n_cols, m_out, l_out, acc_out,
                  stride_qb, stride_qh, stride_qg, stride_kb, stride_kh, stride_kl,
-                 stride_vb, stride_vh, stride_vl, stride_valid, scale,
+                 stride_vb, stride_vh, stride_vl, scale,
                  HKV: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr,
-                 BLOCK: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr):
+                 BLOCK: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr, READ_PADDING: tl.constexpr):
         bh = tl.program_id(0)
         split = tl.program_id(1)
         b = bh // HKV
@@ -73,18 +81,19 @@ if triton is not None:
         total = tl.zeros([G_PAD], tl.float32)
         acc = tl.zeros([G_PAD, D], tl.float32)
         n = tl.load(n_cols)
+        f = tl.load(first + b)
         start = split * CHUNK
-        if start < n:
+        if start < n and (READ_PADDING or start + CHUNK > f):
             qt = tl.load(q + b * stride_qb + h * stride_qh + g[:, None] * stride_qg + d[None, :],
                          mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
             for off in range(0, CHUNK, BLOCK):
                 cols = start + off + tl.arange(0, BLOCK)
-                inside = cols < n
-                ok = inside & (tl.load(valid + b * stride_valid + cols, mask=inside, other=0) != 0)
+                ok = (cols < n) & (cols >= f)
+                read = (cols < n) if READ_PADDING else ok  # READ_PADDING: the form before, for benchmarks
                 kt = tl.load(k + b * stride_kb + h * stride_kh + cols[:, None] * stride_kl + d[None, :],
-                             mask=inside[:, None], other=0.0)  # [BLOCK, D]
+                             mask=read[:, None], other=0.0)  # [BLOCK, D]
                 vt = tl.load(v + b * stride_vb + h * stride_vh + cols[:, None] * stride_vl + d[None, :],
-                             mask=inside[:, None], other=0.0)  # [BLOCK, D], loaded with K: both in flight at once
+                             mask=read[:, None], other=0.0)  # [BLOCK, D], loaded with K: both in flight at once
                 s = tl.dot(qt, tl.trans(kt), input_precision=PRECISION) * scale  # [G_PAD, BLOCK] fp32
                 s = tl.where(ok[None, :], s, float("-inf"))
                 m_new = tl.maximum(m, tl.max(s, 1))
@@ -101,7 +110,7 @@ if triton is not None:
         tl.store(acc_out + row[:, None] * D + d[None, :], acc, mask=g[:, None] < G)
 
     @triton.jit
-    def _combine(m_in, l_in, acc_in, out, n_cols, n_split, stride_ob, stride_oh, stride_og,
+    def _combine(m_in, l_in, acc_in, out, first, n_cols, n_split, stride_ob, stride_oh, stride_og,
                  HKV: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr):
         bh = tl.program_id(0)
         b = bh // HKV
@@ -112,7 +121,7 @@ if triton is not None:
         total = tl.zeros([G_PAD], tl.float32)
         acc = tl.zeros([G_PAD, D], tl.float32)
         used = tl.cdiv(tl.load(n_cols), CHUNK)  # chunks past the filled columns were skipped: never read them
-        for split in range(0, used):
+        for split in range(tl.load(first + b) // CHUNK, used):  # nor those wholly inside the row's padding
             row = (bh * n_split + split) * G + g
             real = g < G
             m = tl.load(m_in + row, mask=real, other=float("-inf"))
@@ -129,12 +138,14 @@ if triton is not None:
                  res.to(out.dtype.element_ty), mask=g[:, None] < G)
 
 
-def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid: torch.Tensor,
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, first: torch.Tensor,
            n_cols: torch.Tensor, *, block: int = BLOCK, chunk: int = CHUNK, num_warps: int = NUM_WARPS,
-           num_stages: int = NUM_STAGES) -> torch.Tensor:
-    """q [B, Hkv, G, D]; caches [B, Hkv, L, D]; valid [B, L] bool; n_cols [1] long (columns 0..n-1 are filled).
-    Returns the attention output [B, Hkv, G, D] in q's dtype. Launches a fixed grid (graph-capturable). The
-    keyword arguments are the launch configuration (`bench/profile_attention.py` times the alternatives)."""
+           num_stages: int = NUM_STAGES, read_padding: bool = False) -> torch.Tensor:
+    """q [B, Hkv, G, D]; caches [B, Hkv, L, D]; first [B] long (row b's tokens are columns first[b]..n-1);
+    n_cols [1] long (columns 0..n-1 are filled). Returns the attention output [B, Hkv, G, D] in q's dtype.
+    Launches a fixed grid (graph-capturable). The keyword arguments are the launch configuration
+    (`bench/profile_attention.py` times the alternatives); `read_padding=True` loads every column below n, the
+    padding too (masked out of the softmax), as the kernel did before: the benchmarks' baseline."""
     B, Hkv, G, D = q.shape
     L = k_cache.shape[2]
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
@@ -149,15 +160,14 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid:
     m = torch.empty(B * Hkv, n_split, G, device=dev, dtype=torch.float32)
     total = torch.empty_like(m)
     acc = torch.empty(B * Hkv, n_split, G, D, device=dev, dtype=torch.float32)
-    flags = valid.view(torch.uint8)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"  # fp32 caches: no TF32 rounding of scores
     _partial[(B * Hkv, n_split)](
-        q, k_cache, v_cache, flags, n_cols, m, total, acc,
+        q, k_cache, v_cache, first, n_cols, m, total, acc,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), flags.stride(0), D ** -0.5,
-        HKV=Hkv, G=G, G_PAD=g_pad, D=D, BLOCK=block, CHUNK=chunk, PRECISION=precision,
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), D ** -0.5,
+        HKV=Hkv, G=G, G_PAD=g_pad, D=D, BLOCK=block, CHUNK=chunk, PRECISION=precision, READ_PADDING=read_padding,
         num_warps=num_warps, num_stages=num_stages)
     out = torch.empty_like(q)
-    _combine[(B * Hkv,)](m, total, acc, out, n_cols, n_split, out.stride(0), out.stride(1), out.stride(2),
+    _combine[(B * Hkv,)](m, total, acc, out, first, n_cols, n_split, out.stride(0), out.stride(1), out.stride(2),
                          HKV=Hkv, G=G, G_PAD=g_pad, D=D, CHUNK=chunk)
     return out

@@ -25,11 +25,11 @@ Prefill (the prompt) runs without a graph through the same layer math. On CUDA e
 through `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
 launch-bound decode step is made of, and so are prefill's blocks around attention; q|k|v and gate|up run as one
 matmul each over stacked weight buffers. Where Triton runs, the decode step's attention is
-`decode_attention.attend`, which reads only the cache columns filled so far (the layer's two halves around it
-are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on a CPU). Where FlashAttention
-runs (CUDA), prefill packs every row's new tokens into one sequence, so no padding goes through the layers, and
-attends through FlashAttention's varlen kernel (`prefill_attention.Packed`); elsewhere the rows are a
-left-padded block under a mask (`prefill_attention.Masked`).
+`decode_attention.attend`, which reads only each row's own cache columns, from its first token to the newest
+(the layer's two halves around it are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on
+a CPU). Where FlashAttention runs (CUDA), prefill packs every row's new tokens into one sequence, so no padding
+goes through the layers, and attends through FlashAttention's varlen kernel (`prefill_attention.Packed`);
+elsewhere the rows are a left-padded block under a mask (`prefill_attention.Masked`).
 
 - **Shared runs read once.** Rows of one policy whose prompts begin with the same run of tokens (a problem's
   chats at the first turn, and their system prompt and problem at the second) are grouped (`prefixes.plan`); each
@@ -108,6 +108,11 @@ class StaticEngine:
     share_prefixes = True
     """Read a run of tokens that several rows' prompts begin with once (`prefixes`). False (on the class or an
     engine): every row reads its whole prompt, what `bench/gpu_shared.py` compares against."""
+    read_padding = False
+    """The attention kernel reads every cache column below the filled count, a row's left padding too (masked out),
+    as it did before it read each row's own columns alone (`decode_attention.attend`). True (on the class or an
+    engine): what `bench/profile_sample.py`, `bench/gpu_shared.py` and `bench/gpu_evals_together.py` compare
+    against."""
     packed_prefill: bool | None = None
     """Prefill over packed rows through FlashAttention (`prefill_attention.Packed`); None: where it runs. False (on
     the class, or the constructor's argument): the left-padded block under its mask, what `bench/gpu_shared.py`
@@ -361,6 +366,7 @@ class StaticEngine:
             self.pool = torch.zeros(2, n, device=dev, dtype=dt)
         return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
                 "valid": torch.zeros(B, L, dtype=torch.bool, device=dev),
+                "first": torch.zeros(B, dtype=torch.long, device=dev),
                 "tok": torch.zeros(B, dtype=torch.long, device=dev),
                 "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
                 "col": torch.zeros(1, dtype=torch.long, device=dev),
@@ -385,7 +391,8 @@ class StaticEngine:
                 lora_qkv, lora_out = layers.split_lora(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
-                a = decode_attention.attend(q, s["k"][i], s["v"][i], s["valid"], filled)  # [B, Hkv, G, D]
+                a = decode_attention.attend(q, s["k"][i], s["v"][i], s["first"], filled,
+                                            read_padding=self.read_padding)  # [B, Hkv, G, D]
                 x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps, lora_out)
         else:
             cols = slice(None, upto)
@@ -511,6 +518,7 @@ class StaticEngine:
         cols = torch.arange(T, device=dev)
         s["valid"].zero_()
         s["valid"][:, :T] = cols[None] >= first[:, None]
+        s["first"].copy_(first)
         s["done"].zero_()
         hidden = self._read([p[r:] for p, r in zip(prompts, known)], known, first, T, s["k"], s["v"], s["masks"])
         s["step"].zero_()

@@ -219,23 +219,29 @@ def test_kv_pool_regrows_in_a_fresh_process():
 
 
 def check_attention_kernel(device, dtype, atol):
-    """`decode_attention.attend` against masked softmax attention in fp32: left padding, chunks past the filled
-    columns (skipped), a block with no attended column, G not a power of two, one filled column."""
+    """`decode_attention.attend` against masked softmax attention in fp32: left padding (a whole chunk of it in
+    one row), chunks past the filled columns (skipped), a block with no attended column, G not a power of two, one
+    filled column. The padding columns hold NaN: a kernel that loaded them would carry NaN into its output (0 x NaN
+    in the value product), so equality shows they are never read; with `read_padding=True` (the benchmarks'
+    baseline) and finite padding it gives the same attention."""
     from talktosolve.decode_attention import attend
 
     g = torch.Generator().manual_seed(0)
     for B, H, G, D, L, n in [(3, 2, 2, 16, 256, 200), (2, 2, 6, 128, 384, 300), (2, 1, 1, 32, 128, 1),
-                             (2, 2, 3, 64, 512, 129)]:
+                             (2, 2, 3, 64, 512, 129), (3, 2, 6, 64, 512, 400)]:
         q, k, v = (torch.randn(shape, generator=g).to(device, dtype) for shape in
                    ((B, H, G, D), (B, H, L, D), (B, H, L, D)))
-        valid = torch.zeros(B, L, dtype=torch.bool)
-        for b in range(B):  # row b's tokens begin at column 70 b: its first block may attend nothing
-            valid[b, min(70 * b, n - 1):n] = True
-        valid = valid.to(device)
-        got = attend(q, k, v, valid, torch.tensor([n], device=device))
+        # row b's tokens begin at column 70 b: its first block may attend nothing, or its first chunk
+        first = torch.tensor([min(70 * b, n - 1) for b in range(B)], device=device)
+        valid = (torch.arange(L, device=device)[None] >= first[:, None]) & (torch.arange(L, device=device)[None] < n)
         scores = torch.einsum("bhgd,bhld->bhgl", q.float(), k.float()) * D ** -0.5
         scores = scores.masked_fill(~valid[:, None, None], float("-inf"))
         want = torch.einsum("bhgl,bhld->bhgd", scores.softmax(-1), v.float())
+        got = attend(q, k, v, first, torch.tensor([n], device=device), read_padding=True)
+        torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
+        padding = (torch.arange(L, device=device)[None] < first[:, None])[:, None, :, None]  # [B, 1, L, 1]
+        k, v = k.masked_fill(padding, float("nan")), v.masked_fill(padding, float("nan"))
+        got = attend(q, k, v, first, torch.tensor([n], device=device))
         assert got.dtype == dtype and got.shape == q.shape
         torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
 
