@@ -74,8 +74,9 @@ def main():
         stages = ([("alone", 1)] * (not args.skip_alone)
                   + [("together_read_padding_warm_up", args.together)] * args.read_padding_too
                   + [("together", args.together)] + [("together_read_padding", args.together)] * args.read_padding_too)
-        for name, _ in stages[1:] if not args.skip_alone else stages:
-            shutil.copytree(first / "runs", Path(tmp) / name / "runs")
+        for name, _ in stages:  # the runs were trained into the alone stage's folder
+            if name != "alone":
+                shutil.copytree(first / "runs", Path(tmp) / name / "runs")
         for name, n in stages:
             StaticEngine.read_padding = name.startswith("together_read_padding")
             if cuda:

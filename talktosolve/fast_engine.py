@@ -365,7 +365,6 @@ class StaticEngine:
             self.release()
             self.pool = torch.zeros(2, n, device=dev, dtype=dt)
         return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
-                "valid": torch.zeros(B, L, dtype=torch.bool, device=dev),
                 "first": torch.zeros(B, dtype=torch.long, device=dev),
                 "tok": torch.zeros(B, dtype=torch.long, device=dev),
                 "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
@@ -381,7 +380,6 @@ class StaticEngine:
 
         `upto` (eager runs only): attend over the first `upto` cache columns, the filled ones, instead of all L.
         """
-        s["valid"].index_fill_(1, s["col"], True)
         x = F.embedding(s["tok"][:, None], self.embed)  # [B, 1, H]
         cos, sin = self.rotary(x, s["pos"])
         if self.attention_kernel:  # attends over exactly the filled columns: 0..col (`upto` is implied)
@@ -396,7 +394,9 @@ class StaticEngine:
                 x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps, lora_out)
         else:
             cols = slice(None, upto)
-            mask = s["valid"][:, None, None, cols]  # [B, 1, 1, L]
+            column = torch.arange(s["k"].shape[3] if upto is None else upto, device=self.device)
+            # a row's own tokens: from its first column to the newest (this step's), never the left padding
+            mask = ((column >= s["first"][:, None]) & (column <= s["col"]))[:, None, None]  # [B, 1, 1, L]
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
                                  s["col"], mask, **self._dims(), lora=lora)
@@ -515,9 +515,6 @@ class StaticEngine:
             session.ids = session.k = session.v = None
         if plan:
             self._prefill_runs(s, prompts, plan, first, adapters)
-        cols = torch.arange(T, device=dev)
-        s["valid"].zero_()
-        s["valid"][:, :T] = cols[None] >= first[:, None]
         s["first"].copy_(first)
         s["done"].zero_()
         hidden = self._read([p[r:] for p, r in zip(prompts, known)], known, first, T, s["k"], s["v"], s["masks"])

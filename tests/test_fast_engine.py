@@ -233,13 +233,14 @@ def check_attention_kernel(device, dtype, atol):
                    ((B, H, G, D), (B, H, L, D), (B, H, L, D)))
         # row b's tokens begin at column 70 b: its first block may attend nothing, or its first chunk
         first = torch.tensor([min(70 * b, n - 1) for b in range(B)], device=device)
-        valid = (torch.arange(L, device=device)[None] >= first[:, None]) & (torch.arange(L, device=device)[None] < n)
+        column = torch.arange(L, device=device)[None]  # [1, L]
+        valid = (column >= first[:, None]) & (column < n)
         scores = torch.einsum("bhgd,bhld->bhgl", q.float(), k.float()) * D ** -0.5
         scores = scores.masked_fill(~valid[:, None, None], float("-inf"))
         want = torch.einsum("bhgl,bhld->bhgd", scores.softmax(-1), v.float())
         got = attend(q, k, v, first, torch.tensor([n], device=device), read_padding=True)
         torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
-        padding = (torch.arange(L, device=device)[None] < first[:, None])[:, None, :, None]  # [B, 1, L, 1]
+        padding = (column < first[:, None])[:, None, :, None]  # [B, 1, L, 1]
         k, v = k.masked_fill(padding, float("nan")), v.masked_fill(padding, float("nan"))
         got = attend(q, k, v, first, torch.tensor([n], device=device))
         assert got.dtype == dtype and got.shape == q.shape
