@@ -9,6 +9,8 @@ message lengths are forced to their maximum (random text never stops). Measured 
   decode/fast            the same with each decode layer compiled (the default on CUDA), at batch 32 and 128,
                          after prompts of 300 and 1,100 tokens
   decode/..._portable_attention   the same without the attention kernel (`decode_attention`)
+  decode/..._before_splits        the same with the attention kernel before its splits
+                                  (`bench/decode_attention_before.py`)
   learn                  one GRPO update over 128 messages (8 problems x 4 chats x 4 turns) of ~600 tokens,
                          decoder layers compiled (the default on a GPU), micro-batches of the preset's token
                          budget (train.microbatch_tokens)
@@ -22,7 +24,8 @@ message lengths are forced to their maximum (random text never stops). Measured 
 The projected GPU time of the paper recipe is 6 x 80 steady steps plus 14 evaluations as timed at the preset's
 eval.batch_chats.
 
-Prints a table and writes JSON (with date, GPU and library versions). Usage:
+Prints a table and writes JSON (with date, GPU and library versions); `--decode-only` stops after the decode
+rows. Usage:
   python bench/gpu_step.py --model-dir DIR_WITH_CONFIG_AND_TOKENIZER --gsm8k GSM8K_DIR --out bench.json
 """
 
@@ -76,6 +79,7 @@ def main():
     ap.add_argument("--gsm8k", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip-static", action="store_true")
+    ap.add_argument("--decode-only", action="store_true", help="time the decode rows alone (and the speed-up)")
     ap.add_argument("--profile-decode", action="store_true", help="print the CUDA kernels of one decode step")
     ap.add_argument("--step-settings", type=lambda x: [(_microbatch(a), b == "ckpt") for a, b in
                                                        (part.split(":") for part in x.split(","))],
@@ -92,6 +96,7 @@ def main():
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    import decode_attention_before as before
     from talktosolve.config import make_config
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.grpo import Sample, grpo_update
@@ -142,12 +147,15 @@ def main():
     cfg = make_config("paper")
     lora_model = make_trainable(model, cfg.model)
     for b, compiled, kernel, n_prompt in ((32, False, True, prompt_len), (32, True, False, prompt_len),
-                                          (32, True, True, prompt_len), (32, True, False, 1100),
-                                          (32, True, True, 1100), (128, True, False, prompt_len),
-                                          (128, True, True, prompt_len), (128, True, False, 1100),
-                                          (128, True, True, 1100)):
+                                          (32, True, True, prompt_len), (32, True, "before", prompt_len),
+                                          (32, True, False, 1100), (32, True, True, 1100),
+                                          (128, True, False, prompt_len), (128, True, True, prompt_len),
+                                          (128, True, False, 1100), (128, True, True, 1100),
+                                          (128, True, "before", 1100)):
         eng = StaticEngine(lora_model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True,
-                           compile=compiled, attention_kernel=kernel)
+                           compile=compiled, attention_kernel=bool(kernel))
+        if kernel == "before":
+            eng.attend = before.attend
         prompts = batch(b, n_prompt)
         gen_ = torch.Generator(device="cuda").manual_seed(0)
         cap = n_prompt + 384  # one KV shape for both timed calls: the graph is captured (and compiled) once
@@ -156,7 +164,8 @@ def main():
         ms = decode_ms(lambda: eng.generate(prompts, 1, gen_, capacity=cap),
                        lambda: eng.generate(prompts, 384, gen_, capacity=cap), 384)
         name = "decode/fast" if compiled else "decode/fast_eager"
-        rows.append((name + ("" if kernel else "_portable_attention"), b, ms, n_prompt))
+        rows.append((name + {True: "", False: "_portable_attention", "before": "_before_splits"}[kernel], b, ms,
+                     n_prompt))
         t_ref, _ = cuda_time(eng.refresh)
         res[f"lora_refresh_ms_b{b}"] = 1000 * t_ref
         del eng
@@ -164,8 +173,17 @@ def main():
     # 384 tokens decoded after the prompt: the cache fills from n_prompt to n_prompt + 383 columns
     res["decode"] = [{"engine": n, "batch": b, "prompt_tokens": n_prompt, "ms_per_step": ms,
                       "tokens_per_s": b * 1000 / ms} for n, b, ms, n_prompt in rows]
+    stock = next(r for r in res["decode"] if r["engine"] == "decode/stock_dynamic")
+    fast32 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 32)
+    res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print("decode:", res["decode"], flush=True)
+    if args.decode_only:
+        for r in res["decode"]:
+            print(f"{r['engine']:<44}{r['batch']:>6}{r['prompt_tokens']:>7}{r['ms_per_step']:>10.3f}"
+                  f"{r['tokens_per_s']:>10.0f}")
+        print(f"decode speed-up at batch 32 vs stock: {res['speedup_decode_b32_vs_stock']:.1f}x")
+        return
     # ---- decode: where a step's time goes (one eager step of the compiled layers, under the profiler)
     if args.profile_decode:
         from torch.profiler import ProfilerActivity, profile
@@ -231,9 +249,6 @@ def main():
     from talktosolve.train import train
 
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
-    stock = next(r for r in res["decode"] if r["engine"] == "decode/stock_dynamic")
-    fast32 = next(r for r in res["decode"] if r["engine"] == "decode/fast" and r["batch"] == 32)
-    res["speedup_decode_b32_vs_stock"] = stock["ms_per_step"] / fast32["ms_per_step"]
     res["steps"], res["eval"] = [], []
     with tempfile.TemporaryDirectory() as tmp:
         save_random_model(config, tok, f"{tmp}/model", "cuda")

@@ -3,12 +3,15 @@ portable attention (two matmuls and a masked softmax, compiled), at the paper mo
 6 query heads each, head dimension 128, bf16).
 
 Each variant is captured 20 times in one CUDA graph and replayed (as inside the engine's decode graph, so launch
-overhead is not counted); `gb_per_s` is the attended columns' K and V bytes over the time. Shapes: batch 32
-(training) and 128 / 300 (evaluation), caches of 768 and 1,536 columns, 80% filled, rows starting at random
-columns below each `--padding` bound (left padding). Every configuration is checked against fp32 attention first.
-Besides the launch configurations (`--configs all`; `default` times the default alone), the default
-configuration reading every column below the filled count, the rows' padding too (`read_padding=True`: the
-kernel's form before it read each row's own columns alone).
+overhead is not counted), each call over another copy of the caches, as many copies as make 200 MB, so that
+the caches are read from memory, not from the 50 MB L2 cache that the engine's caches, one per layer, never fit
+in; `gb_per_s` is the attended columns' K and V bytes over the time. Shapes: batch 32 (training) and 128 / 300
+(evaluation), caches of 768 and 1,536 columns, 80% filled, rows starting at random columns below each
+`--padding` bound (left padding). Every configuration is checked against fp32 attention first. Besides the
+launch configurations (`--configs all`: splits, block, warps, stages; `splits`: the splits alone, at the
+default block, warps and stages; `default`: the default alone), the default configuration reading every column
+below the filled count, the rows' padding too (`read_padding=True`), and the kernel before its splits
+(`bench/decode_attention_before.py`: fixed chunks of 128 columns, a combine merging them one after another).
 
   python bench/profile_attention.py --out attention.json
 """
@@ -19,6 +22,7 @@ import argparse
 import datetime
 import itertools
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -31,18 +35,19 @@ def portable(q, k, v, mask):
     return torch.matmul(probs, v)
 
 
-def graph_ms(fn, repeat=20, replays=5):
-    """Milliseconds per call of `fn` replayed from one CUDA graph holding `repeat` calls."""
+def graph_ms(fn, copies, repeat=20, replays=5):
+    """Milliseconds per call of `fn(i)` replayed from one CUDA graph holding `repeat` calls, call i over copy
+    i % copies of the inputs."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
+        for i in range(3):
+            fn(i % copies)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(repeat):
-            fn()
+        for i in range(repeat):
+            fn(i % copies)
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -61,11 +66,12 @@ def main():
     ap.add_argument("--lengths", default="768,1536")
     ap.add_argument("--padding", default="100",
                     help="bounds of the rows' left padding, in columns: rows start at random below each")
-    ap.add_argument("--configs", choices=("all", "default"), default="all")
+    ap.add_argument("--configs", choices=("all", "splits", "default"), default="splits")
     args = ap.parse_args()
 
     import triton
 
+    import decode_attention_before as before
     from talktosolve import decode_attention
     from talktosolve.decode_attention import attend
 
@@ -74,18 +80,23 @@ def main():
            "rows": []}
     H, G, D = 2, 6, 128
     compiled = torch.compile(portable)
-    default = dict(block=decode_attention.BLOCK, chunk=decode_attention.CHUNK, num_warps=decode_attention.NUM_WARPS,
+    default = dict(splits=None, block=decode_attention.BLOCK, num_warps=decode_attention.NUM_WARPS,
                    num_stages=decode_attention.NUM_STAGES)
-    configs = [dict(block=b, chunk=c, num_warps=w, num_stages=s)
-               for b, c, w, s in itertools.product((32, 64, 128), (128, 256, 512), (4, 8), (1, 2, 3)) if c >= b]
-    configs = (configs if args.configs == "all" else [default]) + [{**default, "read_padding": True}]
+    if args.configs == "all":
+        configs = [dict(splits=p, block=b, num_warps=w, num_stages=s)
+                   for p, b, w, s in itertools.product((1, 2, 4, 8, 16), (32, 64, 128), (4, 8), (1, 2, 3))]
+    else:
+        configs = [{**default, "splits": p} for p in ((1, 2, 4, 8, 16) if args.configs == "splits" else ())]
+    configs = [default] + configs + [{**default, "read_padding": True}]
     g = torch.Generator(device="cuda").manual_seed(0)
     for B, L, pad in itertools.product(*([int(x) for x in a.split(",")] for a in (args.batches, args.lengths,
                                                                                    args.padding))):
         filled = int(0.8 * L)
+        copies = max(1, math.ceil(200e6 / (2 * B * H * L * D * 2)))
         q = torch.randn(B, H, G, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        v = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        ks = [torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(copies)]
+        vs = [torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(copies)]
+        k, v = ks[0], vs[0]
         first = torch.randint(0, pad, (B,), device="cuda", generator=g)
         cols = torch.arange(L, device="cuda")
         valid = (cols[None] >= first[:, None]) & (cols[None] < filled)
@@ -95,38 +106,43 @@ def main():
                             v.float())
         nbytes = 2 * valid.sum().item() * H * D * 2  # K and V of the attended columns, bf16
         mask = valid[:, None, None]
-        ms = graph_ms(lambda: compiled(q, k, v, mask))
+        ms = graph_ms(lambda i: compiled(q, ks[i], vs[i], mask), copies)
         err = (compiled(q, k, v, mask).float() - want).abs().max().item()
         rows = [{"variant": "portable (compiled matmuls, all L columns)", "ms": ms, "max_err": err}]
+        err = (before.attend(q, k, v, first, n).float() - want).abs().max().item()
+        rows.append({"variant": "before its splits", "ms": graph_ms(lambda i: before.attend(q, ks[i], vs[i], first, n),
+                                                                      copies), "max_err": err})
         for c in configs:
             try:
                 err = (attend(q, k, v, first, n, **c).float() - want).abs().max().item()
-                ms = graph_ms(lambda: attend(q, k, v, first, n, **c))
+                ms = graph_ms(lambda i: attend(q, ks[i], vs[i], first, n, **c), copies)
             except Exception as e:  # noqa: BLE001 - a configuration the compiler rejects: record, go on
                 rows.append({"variant": "kernel", **c, "error": repr(e)[:200]})
                 continue
-            rows.append({"variant": "kernel", **c, "ms": ms, "max_err": err})
+            rows.append({"variant": "kernel", **c, "ms": ms, "max_err": err,
+                         "splits_used": c["splits"] or decode_attention.splits_for(B * H, L, c["block"]),
+                         "default": c is default})
         for r in rows:
             if "ms" in r:
-                r.update(batch=B, columns=L, filled=filled, padding_below=pad,
+                r.update(batch=B, columns=L, filled=filled, padding_below=pad, cache_copies=copies,
                          padded_share=1 - valid.sum().item() / (B * filled), gb_per_s=nbytes / r["ms"] / 1e6)
         rows.sort(key=lambda r: r.get("ms", float("inf")))
         res["rows"] += rows
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
         base = next(r for r in rows if r["variant"].startswith("portable"))
-        print(f"\nbatch {B}, {L} columns ({filled} filled, padding below {pad}): portable {base['ms'] * 1000:.1f} us "
-              f"({base['gb_per_s']:.0f} GB/s of filled K/V)", flush=True)
-        for r in [r for r in rows if r["variant"] == "kernel" and "ms" in r][:6]:
-            print(f"  block {r['block']:>3} chunk {r['chunk']:>3} warps {r['num_warps']} stages {r['num_stages']}"
-                  f"{' reading the padding' if r.get('read_padding') else ''}: "
-                  f"{r['ms'] * 1000:7.1f} us {r['gb_per_s']:6.0f} GB/s  err {r['max_err']:.1e}", flush=True)
-        mine = next((r for r in rows if "ms" in r and all(r.get(k) == v for k, v in default.items())
-                     and not r.get("read_padding")), None)
-        old = next((r for r in rows if "ms" in r and r.get("read_padding")), None)
-        if mine and old:
-            print(f"  default: {mine['ms'] * 1000:.1f} us; reading the padding too: {old['ms'] * 1000:.1f} us "
-                  f"({old['ms'] / mine['ms']:.2f}x)", flush=True)
-
+        print(f"\nbatch {B}, {L} columns ({filled} filled, padding below {pad}, {copies} cache copies): portable "
+              f"{base['ms'] * 1000:.1f} us ({base['gb_per_s']:.0f} GB/s of filled K/V)", flush=True)
+        for r in [r for r in rows if r["variant"] != "portable (compiled matmuls, all L columns)" and "ms" in r][:8]:
+            what = (r["variant"] if r["variant"] != "kernel" else
+                    f"splits {r['splits_used']:>2}{' (default)' if r['default'] else ''} block {r['block']:>3} "
+                    f"warps {r['num_warps']} stages {r['num_stages']}"
+                    f"{' reading the padding' if r.get('read_padding') else ''}")
+            print(f"  {what}: {r['ms'] * 1000:7.1f} us {r['gb_per_s']:6.0f} GB/s  err {r['max_err']:.1e}", flush=True)
+        mine = next(r for r in rows if r.get("default") and not r.get("read_padding"))
+        old = next(r for r in rows if r["variant"] == "before its splits")
+        padded = next(r for r in rows if r.get("read_padding"))
+        print(f"  default: {mine['ms'] * 1000:.1f} us; before its splits: {old['ms'] * 1000:.1f} us "
+              f"({old['ms'] / mine['ms']:.2f}x); reading the padding too: {padded['ms'] * 1000:.1f} us", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,8 @@ CUDA), as eager passes over the logits (the engine's path without it), and compi
 `--compare padding`: rows of unequal views (lengths drawn between `--spread` below each view length and it, so
 rows are left-padded as the chat and cut arms' rows are in one call), the decode attention reading each row's
 own columns (the default) against reading every column below the filled count (`StaticEngine.read_padding`).
+`--compare splits`: the decode attention split as `decode_attention.splits_for` chooses for the batch (the
+default) against the kernel before its splits (`bench/decode_attention_before.py`: chunks of 128 columns).
 Writes JSON.
 
     python bench/profile_sample.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out sample_profile.json
@@ -44,7 +46,7 @@ def main():
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune", "sampler", "padding"),
+    ap.add_argument("--compare", choices=("prefill", "attention", "packed", "autotune", "sampler", "padding", "splits"),
                     default="prefill")
     ap.add_argument("--spread", type=float, default=0.5,
                     help="--compare padding: a row's view is between (1 - spread) x and the full view length")
@@ -52,6 +54,7 @@ def main():
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    import decode_attention_before as before
     import talktosolve.fast_engine as fe
     import talktosolve.fast_layers as fl
     from talktosolve.config import make_config
@@ -96,6 +99,8 @@ def main():
         "sampler": (("sampling kernel (default)", {}, None),
                     ("eager sampling", {}, lambda e: setattr(e, "sampling_kernel", False)),
                     ("compiled sampling", {}, compiled_sampling)),
+        "splits": (("attention split by the batch (default)", {}, None),
+                   ("attention before its splits", {}, lambda e: setattr(e, "attend", before.attend))),
         "padding": (("own columns (default)", {}, None),
                     ("reading the padding", {}, lambda e: setattr(e, "read_padding", True))),
     }[args.compare]

@@ -113,6 +113,10 @@ class StaticEngine:
     as it did before it read each row's own columns alone (`decode_attention.attend`). True (on the class or an
     engine): what `bench/profile_sample.py`, `bench/gpu_shared.py` and `bench/gpu_evals_together.py` compare
     against."""
+    attend = staticmethod(decode_attention.attend)
+    """The decode attention kernel (`decode_attention.attend`). Another of its signature (on the class or an
+    engine): the kernel before its splits (`bench/decode_attention_before.py`), what `bench/gpu_step.py` and
+    `bench/profile_sample.py` compare against."""
     packed_prefill: bool | None = None
     """Prefill over packed rows through FlashAttention (`prefill_attention.Packed`); None: where it runs. False (on
     the class, or the constructor's argument): the left-padded block under its mask, what `bench/gpu_shared.py`
@@ -389,8 +393,8 @@ class StaticEngine:
                 lora_qkv, lora_out = layers.split_lora(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
-                a = decode_attention.attend(q, s["k"][i], s["v"][i], s["first"], filled,
-                                            read_padding=self.read_padding)  # [B, Hkv, G, D]
+                a = self.attend(q, s["k"][i], s["v"][i], s["first"], filled,
+                                read_padding=self.read_padding)  # [B, Hkv, G, D]
                 x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps, lora_out)
         else:
             cols = slice(None, upto)

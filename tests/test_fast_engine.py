@@ -219,9 +219,9 @@ def test_kv_pool_regrows_in_a_fresh_process():
 
 
 def check_attention_kernel(device, dtype, atol):
-    """`decode_attention.attend` against masked softmax attention in fp32: left padding (a whole chunk of it in
-    one row), chunks past the filled columns (skipped), a block with no attended column, G not a power of two, one
-    filled column. The padding columns hold NaN: a kernel that loaded them would carry NaN into its output (0 x NaN
+    """`decode_attention.attend` against masked softmax attention in fp32, with its default splits, one (no
+    combine) and several: left padding (a whole block of it in one row), spans with no column (more splits than
+    a row has blocks), a block with no attended column, G not a power of two, one filled column. The padding columns hold NaN: a kernel that loaded them would carry NaN into its output (0 x NaN
     in the value product), so equality shows they are never read; with `read_padding=True` (the benchmarks'
     baseline) and finite padding it gives the same attention."""
     from talktosolve.decode_attention import attend
@@ -238,13 +238,15 @@ def check_attention_kernel(device, dtype, atol):
         scores = torch.einsum("bhgd,bhld->bhgl", q.float(), k.float()) * D ** -0.5
         scores = scores.masked_fill(~valid[:, None, None], float("-inf"))
         want = torch.einsum("bhgl,bhld->bhgd", scores.softmax(-1), v.float())
-        got = attend(q, k, v, first, torch.tensor([n], device=device), read_padding=True)
-        torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
+        for splits in (None, 1, 4):
+            got = attend(q, k, v, first, torch.tensor([n], device=device), splits=splits, read_padding=True)
+            torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
         padding = (column < first[:, None])[:, None, :, None]  # [B, 1, L, 1]
         k, v = k.masked_fill(padding, float("nan")), v.masked_fill(padding, float("nan"))
-        got = attend(q, k, v, first, torch.tensor([n], device=device))
-        assert got.dtype == dtype and got.shape == q.shape
-        torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
+        for splits in (None, 1, 2, 16):  # 16: more spans than a short row has blocks (empty spans)
+            got = attend(q, k, v, first, torch.tensor([n], device=device), splits=splits)
+            assert got.dtype == dtype and got.shape == q.shape
+            torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
 
 
 KERNEL_SCRIPT = """
