@@ -20,29 +20,31 @@ cannot hold. Hence this kernel, written by hand:
 S is `splits_for`'s: enough programs to keep every SM busy (a batch of 32 rows over 2 KV heads is 64 pairs for
 132 SMs, so each pair is split 8 ways) and no more, since a split costs a partial result and the combine's
 launch; from 192 rows on (a six-run train step's turn, evaluation's batches) each pair is one program and there
-is no combine. Before,
-every pair was cut into fixed chunks of 128 columns over the cache's whole length, one program each (those past
-the filled columns returned at once), and the combine merged a row's chunks one after another
-(`bench/decode_attention_before.py` keeps that form for the benchmarks).
+is no combine. A row's result depends on its own columns and S alone, so on the batch's size but not on the
+other rows' lengths. Before, every pair was cut into fixed chunks of 128 columns over the cache's whole length,
+one program each (those past the filled columns returned at once), and the combine merged a row's chunks one
+after another (`bench/decode_attention_before.py` keeps that form for the benchmarks).
 
 A row's tokens are the columns from its first (`first[b]`: rows are left-padded so that every row's newest token
 sits in the same column) to the filled count. Columns before a row's first are neither attended nor read: a
-row's spans begin at its first column, so a step reads each row's K/V, not the batch's longest row's. Rows of one call differ most where arms share an engine (the
-cut arm's views lack the partner's words): over the paper recipe's training calls the padded columns were a third
-more than the rows' own (`bench/floor.py`'s count, `kv_padded_gb` in `bench/results/floor-h200-2026-12-03.json`).
-Scores are exact fp32 products of the bf16 inputs; the exponentials enter the value product rounded to the
-cache's dtype, as the portable path's probabilities do. `available()` is False without Triton or CUDA, or for a head
-size the kernel cannot tile, and the engine then keeps the portable path.
+row's spans begin at its first column, so a step reads each row's K/V, not the batch's longest row's. Rows of one
+call differ most where arms share an engine (the cut arm's views lack the partner's words): over the paper
+recipe's training calls the padded columns were a third more than the rows' own (`bench/floor.py`'s count,
+`kv_padded_gb` in `bench/results/floor-h200-2026-12-03.json`). Scores are exact fp32 products of the bf16
+inputs; the exponentials enter the value product rounded to the cache's dtype, as the portable path's
+probabilities do. `available()` is False without Triton or CUDA, or for a head size the kernel cannot tile, and
+the engine then keeps the portable path.
 
 Measured on an H200 (docs/performance.md, Decode): at batch 32, where reading the weights dominates a decode step,
 it is even with the portable path (2-3% faster steps); at batch 128 decode steps are 23-25% faster, which is what
-evaluation's large batches gain. Split by the batch, the attention alone is 1.16-1.20x faster than in fixed chunks
-of 128 columns at 192 and 640 rows, and even at 32 (`bench/results/profile_attention-splits-h200-2026-12-03.json`);
-a decode step of 128 rows after 1,100-token prompts 1.07x (3.30 against 3.54 ms,
-`bench/results/gpu_step-decode-h200-2026-12-03.json`). Reading each row's own columns made a decode step of 192 rows whose views lie
+evaluation's large batches gain. Reading each row's own columns made a decode step of 192 rows whose views lie
 between half and all of 1,100 tokens 1.11x faster than reading the padding too (3.98 against 4.43 ms,
-`bench/results/profile_sample-padding-h200-2026-12-03.json`). `bench/profile_attention.py` times the launch
-configurations, and (`read_padding=True`) the form before.
+`bench/results/profile_sample-padding-h200-2026-12-03.json`). Split by the batch, the attention alone is
+1.16-1.20x faster than in fixed chunks of 128 columns at 192 and 640 rows, and even at 32
+(`bench/results/profile_attention-splits-h200-2026-12-03.json`); a decode step of 128 rows after 1,100-token
+prompts 1.07x (3.30 against 3.54 ms, `bench/results/gpu_step-decode-h200-2026-12-03.json`).
+`bench/profile_attention.py` times the launch configurations, the kernel before, and the kernel reading the
+padding too (`read_padding=True`).
 """
 
 from __future__ import annotations

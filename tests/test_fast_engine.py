@@ -221,9 +221,10 @@ def test_kv_pool_regrows_in_a_fresh_process():
 def check_attention_kernel(device, dtype, atol):
     """`decode_attention.attend` against masked softmax attention in fp32, with its default splits, one (no
     combine) and several: left padding (a whole block of it in one row), spans with no column (more splits than
-    a row has blocks), a block with no attended column, G not a power of two, one filled column. The padding columns hold NaN: a kernel that loaded them would carry NaN into its output (0 x NaN
-    in the value product), so equality shows they are never read; with `read_padding=True` (the benchmarks'
-    baseline) and finite padding it gives the same attention."""
+    a row has blocks), a block with no attended column, G not a power of two, one filled column. The padding
+    columns hold NaN: a kernel that loaded them would carry NaN into its output (0 x NaN in the value product),
+    so equality shows they are never read; with `read_padding=True` (the benchmarks' baseline) and finite
+    padding it gives the same attention."""
     from talktosolve.decode_attention import attend
 
     g = torch.Generator().manual_seed(0)
@@ -247,6 +248,8 @@ def check_attention_kernel(device, dtype, atol):
             got = attend(q, k, v, first, torch.tensor([n], device=device), splits=splits)
             assert got.dtype == dtype and got.shape == q.shape
             torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
+    with pytest.raises(ValueError, match="power of two"):
+        attend(q, k, v, first, torch.tensor([n], device=device), splits=3)
 
 
 KERNEL_SCRIPT = """
@@ -279,6 +282,22 @@ def test_decode_attention_kernel_under_the_triton_interpreter():
     out = subprocess.run([sys.executable, "-c", KERNEL_SCRIPT], cwd=root, env=env, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_the_attention_splits_a_row_only_while_the_batch_leaves_sms_idle():
+    """`splits_for`: a power of two that brings pairs x splits to the programs it aims at and no further, at most
+    MAX_SPLITS, and never more spans than a cache has blocks."""
+    from talktosolve.decode_attention import BLOCK, MAX_SPLITS, PROGRAMS, splits_for
+
+    assert splits_for(64, 1536) == 8  # 32 rows x 2 KV heads
+    assert splits_for(384, 1536) == splits_for(1280, 1536) == 1  # a six-run turn's 192 rows, evaluation's 640
+    assert splits_for(1, 10**6) == MAX_SPLITS
+    assert splits_for(64, 2 * BLOCK) == 2  # a short cache: a block a span at least
+    for pairs in (1, 3, 64, 100, 255, 256, 257, 5000):
+        for columns in (BLOCK, 300, 1536):
+            s = splits_for(pairs, columns)
+            assert s & (s - 1) == 0 and 1 <= s <= MAX_SPLITS and (s == 1 or s * BLOCK <= columns)
+            assert s == 1 or pairs * s <= PROGRAMS
 
 
 def test_the_engine_keeps_the_portable_attention_where_the_kernel_cannot_run(monkeypatch):
