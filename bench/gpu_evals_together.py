@@ -6,8 +6,8 @@ forced to their maximum length. The runs are trained once; then the recipe runs 
 copies of them: with `eval.batch_evals=1` (each evaluation with its own engines, as today) and with
 `eval.batch_evals=N` (up to N evaluations in the same passes of one slot-mode engine). Each stage is timed whole,
 model loading, capture and report included; peak memory per stage. `--read-padding-too` plays the together stage
-also with the decode attention reading every row's left padding (`StaticEngine.read_padding`: the kernel's form
-before it read each row's own columns alone), once before it (which compiles and captures for both forms, so
+also with the decode attention reading every row's left padding (`StaticEngine.attend` with `read_padding=True`: the
+kernel's form before it read each row's own columns alone), once before it (which compiles and captures for both forms, so
 neither compared stage pays for it) and once after; the ratio is taken between the two stages after the first.
 Prints a table and writes JSON.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import shutil
 import tempfile
@@ -48,6 +49,7 @@ def main():
 
     from transformers import AutoConfig, AutoTokenizer
 
+    from talktosolve import decode_attention
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.recipe import run_recipe
@@ -78,7 +80,8 @@ def main():
             if name != "alone":
                 shutil.copytree(first / "runs", Path(tmp) / name / "runs")
         for name, n in stages:
-            StaticEngine.read_padding = name.startswith("together_read_padding")
+            read_padding = name.startswith("together_read_padding")
+            StaticEngine.attend = staticmethod(functools.partial(decode_attention.attend, read_padding=read_padding))
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -86,7 +89,7 @@ def main():
             run_recipe(make_config("paper", merge_overrides(base, {"eval": {"batch_evals": n}})), Path(tmp) / name,
                        preset="paper", progress=False)
             seconds = time.perf_counter() - t0
-            StaticEngine.read_padding = False
+            StaticEngine.attend = staticmethod(decode_attention.attend)
             evals = sorted(p.parent.name for p in (Path(tmp) / name / "evals").glob("*/summary.json"))
             keys = {e: read_json(Path(tmp) / name / "evals" / e / "summary.json")["key"] for e in evals}
             row = {"stage": name, "batch_evals": n, "evaluations": len(evals), "seconds": seconds,

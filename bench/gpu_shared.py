@@ -14,8 +14,8 @@ forced to their maximum lengths (160/160/384/384). Measured in one process, side
                  with prefill over the left-padded block under its mask (`StaticEngine.packed_prefill` off:
                  no packed rows, no FlashAttention); with the learner reading right-padded rows
                  (`grpo.PACKED_ROWS` off: no shared run read once in learning); and with the decode attention
-                 reading every row's left padding too (`StaticEngine.read_padding` on: the kernel's form before
-                 it read each row's own columns alone)
+                 reading every row's left padding too (`StaticEngine.attend` with `read_padding=True`: the
+                 kernel's form before it read each row's own columns alone)
   eval           one paper-preset evaluation (300 problems x 2 chats, the preset's batch), after a warm-up one,
                  with shared runs read once and with whole prompts
   evaluations    the recipe's evaluation stage over the --runs runs just trained (when they are the recipe's six),
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import platform
 import tempfile
@@ -117,7 +118,7 @@ def main():
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from talktosolve import grpo
+    from talktosolve import decode_attention, grpo
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.evaluate import evaluate
     from talktosolve.fast_engine import StaticEngine
@@ -200,12 +201,12 @@ def main():
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             StaticEngine.share_prefixes, StaticEngine.packed_prefill, grpo.PACKED_ROWS = share, packed, packed_rows
-            StaticEngine.read_padding = read_padding
+            StaticEngine.attend = staticmethod(functools.partial(decode_attention.attend, read_padding=read_padding))
             t0 = time.perf_counter()
             train_runs(cfg, runs, train_set, progress=False)
             wall = time.perf_counter() - t0
             StaticEngine.share_prefixes, StaticEngine.packed_prefill, grpo.PACKED_ROWS = True, None, True
-            StaticEngine.read_padding = False
+            StaticEngine.attend = staticmethod(decode_attention.attend)
             metrics = [m for *_, d in runs for m in read_jsonl(d / "metrics.jsonl")]
             row = {"runs": k, "wall_seconds_incl_load": wall, **steady(metrics, k)}
             res["steps"][name] = row

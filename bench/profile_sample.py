@@ -13,7 +13,7 @@ recorded. `--compare sampler`: the decode step's sampling in the split Triton ke
 CUDA), as eager passes over the logits (the engine's path without it), and compiled by torch.compile.
 `--compare padding`: rows of unequal views (lengths drawn between `--spread` below each view length and it, so
 rows are left-padded as the chat and cut arms' rows are in one call), the decode attention reading each row's
-own columns (the default) against reading every column below the filled count (`StaticEngine.read_padding`).
+own columns (the default) against reading every column below the filled count (`read_padding=True` on `StaticEngine.attend`).
 `--compare splits`: the decode attention split as `decode_attention.splits_for` chooses for the batch (the
 default) against the kernel before its splits (`bench/decode_attention_before.py`: chunks of 128 columns).
 Writes JSON.
@@ -24,6 +24,7 @@ Writes JSON.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ def main():
 
     import decode_attention_before as before
     import talktosolve.fast_engine as fe
+    from talktosolve import decode_attention
     import talktosolve.fast_layers as fl
     from talktosolve.config import make_config
     from talktosolve.policy import make_trainable
@@ -102,7 +104,8 @@ def main():
         "splits": (("attention split by the batch (default)", {}, None),
                    ("attention before its splits", {}, lambda e: setattr(e, "attend", before.attend))),
         "padding": (("own columns (default)", {}, None),
-                    ("reading the padding", {}, lambda e: setattr(e, "read_padding", True))),
+                    ("reading the padding", {}, lambda e: setattr(e, "attend", functools.partial(
+                        decode_attention.attend, read_padding=True)))),
     }[args.compare]
     for name, options, setup in variants:
         eng = fe.StaticEngine(model, stop_ids=[0], pad_id=0, force_max_length=True, **options)

@@ -65,6 +65,8 @@ PROGRAMS = 512
 """Programs `splits_for` aims a call at: enough that every SM holds several at once (an H200 has 132), so the
 row-by-row imbalance of lengths evens out; past them a row's columns are read by one program alone."""
 MAX_SPLITS = 16
+"""Programs per (row, KV head) at most: at 32 rows, 16 were the fastest split measured and 8 within 5% of it
+(`bench/results/profile_attention-splits-h200-2026-12-03.json`)."""
 NUM_WARPS = 4
 NUM_STAGES = 2
 
@@ -108,7 +110,7 @@ if triton is not None:
         acc = tl.zeros([G_PAD, D], tl.float32)
         n = tl.load(n_cols)
         f = tl.load(first + b)
-        start = 0 if READ_PADDING else f  # READ_PADDING: the padding is loaded too (masked out): the form before
+        start = 0 if READ_PADDING else f  # READ_PADDING: the padding is loaded too (masked out), the benchmarks' form
         span = tl.cdiv(tl.cdiv(n - start, SPLITS), BLOCK) * BLOCK  # whole blocks, so at most one ragged block
         lo = start + split * span
         hi = tl.minimum(lo + span, n)
@@ -171,7 +173,7 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, first:
     Launches a fixed grid (graph-capturable). `splits`: programs per (row, KV head), a power of two (default
     `splits_for`); the other keyword arguments are the launch configuration (`bench/profile_attention.py` times
     the alternatives); `read_padding=True` loads every column below n, the padding too (masked out of the
-    softmax), as the kernel did before: the benchmarks' baseline."""
+    softmax), as the kernel did before it read each row's own columns alone: a benchmarks' baseline."""
     B, Hkv, G, D = q.shape
     L = k_cache.shape[2]
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:

@@ -108,15 +108,12 @@ class StaticEngine:
     share_prefixes = True
     """Read a run of tokens that several rows' prompts begin with once (`prefixes`). False (on the class or an
     engine): every row reads its whole prompt, what `bench/gpu_shared.py` compares against."""
-    read_padding = False
-    """The attention kernel reads every cache column below the filled count, a row's left padding too (masked out),
-    as it did before it read each row's own columns alone (`decode_attention.attend`). True (on the class or an
-    engine): what `bench/profile_sample.py`, `bench/gpu_shared.py` and `bench/gpu_evals_together.py` compare
-    against."""
     attend = staticmethod(decode_attention.attend)
     """The decode attention kernel (`decode_attention.attend`). Another of its signature (on the class or an
-    engine): the kernel before its splits (`bench/decode_attention_before.py`), what `bench/gpu_step.py` and
-    `bench/profile_sample.py` compare against."""
+    engine) is what the benchmarks compare against: the kernel before its splits
+    (`bench/decode_attention_before.py`; `bench/gpu_step.py`, `bench/profile_sample.py`), or this one reading
+    every row's left padding too (`read_padding=True`; `bench/profile_sample.py`, `bench/gpu_shared.py`,
+    `bench/gpu_evals_together.py`)."""
     packed_prefill: bool | None = None
     """Prefill over packed rows through FlashAttention (`prefill_attention.Packed`); None: where it runs. False (on
     the class, or the constructor's argument): the left-padded block under its mask, what `bench/gpu_shared.py`
@@ -393,8 +390,7 @@ class StaticEngine:
                 lora_qkv, lora_out = layers.split_lora(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
                         **self._dims(), lora=lora_qkv)
-                a = self.attend(q, s["k"][i], s["v"][i], s["first"], filled,
-                                read_padding=self.read_padding)  # [B, Hkv, G, D]
+                a = self.attend(q, s["k"][i], s["v"][i], s["first"], filled)  # [B, Hkv, G, D]
                 x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps, lora_out)
         else:
             cols = slice(None, upto)
