@@ -43,6 +43,10 @@ the problem-only paired t interval (method ``"problem-only"``); if one arm has >
 and the other's is missing (method ``"problem+seed(chat only)"`` / ``"problem+seed(cut only)"``). Either way
 ``paired_delta_report`` says so in ``warning``: the interval is too narrow by the unmeasured seed spread.
 
+``run_delta_report`` is one evaluated team against another on the same problems (a trained run against the
+untrained team, or against its own cross-play): the claim is about those two teams, so there is no seed spread to
+add and the problem-only paired t interval is the honest one.
+
 ``mean_ci`` is the same computation for one arm's accuracy (it equals ``paired_delta`` against an arm of
 constant zeros); ``naive_paired_interval`` is the per-problem paired t interval ignoring seeds, kept for
 comparison. ``t_quantile`` is Student's t quantile for real ``df`` (regularised incomplete beta by continued
@@ -62,6 +66,7 @@ __all__ = [
     "mean_ci",
     "mean_ci_report",
     "naive_paired_interval",
+    "run_delta_report",
     "t_quantile",
     "t_cdf",
 ]
@@ -356,3 +361,22 @@ def naive_paired_interval(chat, cut, level: float = 0.95) -> tuple[float, float,
     se = float(np.std(d, ddof=1)) / math.sqrt(p)
     half = t_quantile(0.5 + level / 2.0, p - 1) * se
     return est, est - half, est + half
+
+
+def run_delta_report(a, b, level: float = 0.95) -> dict:
+    """One team against another, each evaluated once on the same problems: mean(a) - mean(b) of their
+    per-problem scores (1-D, in [0, 1], same order) with the paired t interval over problems.
+
+    The keys of ``paired_delta_report`` with ``n_seeds_a``/``n_seeds_b`` (both 1) in place of the arm names'
+    counts, ``method`` ``"problem-only (one team each)"`` and no ``warning``: what is claimed is about these two
+    teams, not about what another training seed would give, so no seed spread is missing."""
+    level = _check_level(level)
+    a_arr = _as_scores("a", np.asarray(a, dtype=float).reshape(1, -1))
+    b_arr = _as_scores("b", np.asarray(b, dtype=float).reshape(1, -1))
+    if a_arr.shape[1] != b_arr.shape[1]:
+        raise ValueError(f"a and b must hold the same problems: {a_arr.shape[1]} vs {b_arr.shape[1]} scores")
+    r = _interval([(1.0, a_arr, "a"), (-1.0, b_arr, "b")], level, (-1.0, 1.0))
+    out = {"delta": r.pop("estimate"), **r}
+    out.update(method="problem-only (one team each)", warning=None, n_seeds_a=1, n_seeds_b=1,
+               excludes_zero=bool(out["lo"] > 0.0 or out["hi"] < 0.0))
+    return out

@@ -13,6 +13,7 @@ from talktosolve.stats import (
     naive_paired_interval,
     paired_delta,
     paired_delta_report,
+    run_delta_report,
     t_cdf,
     t_quantile,
 )
@@ -284,3 +285,25 @@ def test_simulated_coverage():
     assert 0.90 <= cov_mean <= 0.99
     assert cov0 >= 0.90
     assert cov0_mean >= 0.90
+
+
+# --------------------------------------------------------------------------------------- one team against another
+
+def test_run_delta_report_is_the_paired_t_interval_of_one_team_against_another():
+    rng = np.random.default_rng(3)
+    a, b = rng.binomial(4, 0.3, 200) / 4, rng.binomial(4, 0.2, 200) / 4
+    r = run_delta_report(a, b)
+    assert (r["delta"], r["lo"], r["hi"]) == pytest.approx(naive_paired_interval(a[None], b[None]))
+    assert r["delta"] == pytest.approx(a.mean() - b.mean())
+    assert r["method"] == "problem-only (one team each)" and r["warning"] is None
+    assert (r["n_seeds_a"], r["n_seeds_b"], r["n_problems"], r["se_seed"]) == (1, 1, 200, 0.0)
+    assert r["excludes_zero"] is (r["lo"] > 0 or r["hi"] < 0)
+    # pairing by problem: a constant shift on every problem is known exactly
+    assert run_delta_report(np.full(50, 0.5), np.full(50, 0.25))["lo"] == pytest.approx(0.25)
+
+
+def test_run_delta_report_rejects_teams_of_other_problems():
+    with pytest.raises(ValueError, match="same problems"):
+        run_delta_report([0.0, 1.0, 0.5], [0.0, 1.0])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        run_delta_report([0.0, 1.5], [0.0, 1.0])
