@@ -45,15 +45,12 @@ from talktosolve.config import Config
 from talktosolve.crossplay import against_arm, cross_seed_matrix, delta_entry
 from talktosolve.evaluate import Team, evaluate_teams
 from talktosolve.influence import includes_zero
-from talktosolve.stats import mean_ci, paired_delta_report
+from talktosolve.stats import mean_ci, paired_delta_report, run_delta_report
 from talktosolve.store import read_jsonl, write_json
 from talktosolve.protocol import Protocol, protocol_of, swapped_roles
-from talktosolve.results import eval_kind
+from talktosolve.results import eval_kind, seed_checks
 from talktosolve.tasks import load_problems, split_checks
 from talktosolve.train import train, train_runs
-
-CUT_MARGIN = 0.05
-"""The cut arm counts as 'near the base or below' when its accuracy is at most the base pair's + this."""
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -323,8 +320,8 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         return np.array([pair(arm, s)["scores"] for s in seeds])  # [S, P]
 
     # The untrained team the trained ones are held against: in the chat arm when it ran, else in the arm's own.
-    def base(arm: str) -> float:
-        return find("chat" if "chat" in cfg.arms else arm, (None,) * n)["accuracy"]
+    def base(arm: str) -> dict:
+        return find("chat" if "chat" in cfg.arms else arm, (None,) * n)
 
     def sides(line: Line) -> dict:
         """The line's per-problem scores [S, P]: its trained teams, cross-play and the other side."""
@@ -336,16 +333,20 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     swap = tuple(swapped_roles(protocol.seats).values())
 
     def summary(line: Line) -> dict:
-        """A line's trained teams (pooled and per seed) and cross-play; for per-role runs, the role swap: per
-        seed, and the trained team minus the swapped one (paired)."""
+        """A line's trained teams (pooled and per seed) and cross-play; per seed, the trained team minus the base
+        team and minus its cross-play (paired over problems: the checks read them); for per-role runs, the role
+        swap: per seed, and the trained team minus the swapped one (paired)."""
         team = sides(line)["team"]
         acc, lo, hi = mean_ci(team)
         per_seed = {}
         for s, run in zip(seeds, line.runs(seeds)):
-            m, l, h = mean_ci(np.array([find(line.arm, (run,) * n)["scores"]]))
+            own, cross = find(line.arm, (run,) * n), find(line.arm, (run,) + (None,) * (n - 1))
+            m, l, h = mean_ci(np.array([own["scores"]]))
             per_seed[str(s)] = {"accuracy": m, "lo": l, "hi": h,
-                                "cross_play": find(line.arm, (run,) + (None,) * (n - 1))["accuracy"],
-                                "cross_play_others": find(line.arm, (None,) + (run,) * (n - 1))["accuracy"]}
+                                "cross_play": cross["accuracy"],
+                                "cross_play_others": find(line.arm, (None,) + (run,) * (n - 1))["accuracy"],
+                                "minus_base": run_delta_report(own["scores"], base(line.arm)["scores"]),
+                                "minus_cross_play": run_delta_report(own["scores"], cross["scores"])}
             if line.per_role:
                 per_seed[str(s)]["role_swap"] = evals[EvalSpec(line.arm, (run,) * n, swap)]["accuracy"]
         out = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
@@ -371,13 +372,7 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
     files += [out / "runs" / run / "transcripts.jsonl" for line in lines for run in line.runs(seeds)]
     checks["views_respect_arms"] = views_respect_arms(files, protocol, cfg.chat)
     checks["interval_excludes_zero"] = {k: None if c is None else c["excludes_zero"] for k, c in comparisons.items()}
-    checks["chat_beats_base"] = {str(s): pair("chat", s)["accuracy"] > base("chat")
-                                 for s in seeds} if "chat" in cfg.arms else {}
-    checks["cross_play_below_pair"] = {
-        str(s): arms["chat"]["seeds"][str(s)]["cross_play"] < pair("chat", s)["accuracy"]
-        for s in seeds} if "chat" in cfg.arms else {}
-    checks["cut_near_base"] = {str(s): pair("cut", s)["accuracy"] <= base("cut") + CUT_MARGIN
-                               for s in seeds} if "cut" in cfg.arms else {}
+    checks.update(seed_checks(arms, seeds))
     influence_entry = influence_results(cfg, protocol, influence) if influence is not None else None
     checks["cut_influence_zero"] = (
         includes_zero([f for name, e in influence_entry["evals"].items() if e["arm"] == "cut" for f in e["figures"]])

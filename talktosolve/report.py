@@ -29,7 +29,8 @@ from pathlib import Path
 
 from talktosolve.pages import html_page, markdown
 from talktosolve.plots import PLOTS, TALK_SHOWN, render_plots
-from talktosolve.results import KINDS, eval_kind, find_eval, find_evals, run_names, validate_results
+from talktosolve.results import (CUT_MARGIN, KINDS, check_interval, eval_kind, find_eval, find_evals, run_names,
+                                 validate_results)
 from talktosolve.store import write_bytes, write_text
 
 __all__ = ["write_report", "terminal_summary", "render_markdown", "render_html", "verdict", "PLOTS"]
@@ -43,9 +44,12 @@ CHECK_TEXT = {
     "hands_disjoint_and_complete": "the seats' hands are disjoint and together are all the facts",
     "views_respect_arms": "no seat ever saw a fact or message its arm hides from it (transcripts)",
     "interval_excludes_zero": "the 95% interval of the comparison's delta excludes 0",
-    "chat_beats_base": "the trained chat team beats the untrained base team",
-    "cut_near_base": "the trained cut team stays near the base team or below",
-    "cross_play_below_pair": "cross-play (trained first seat + base) scores below the trained team",
+    "chat_beats_base": "the trained chat team beats the untrained base team: the 95% interval of team − base "
+                       "(paired over problems) lies above 0",
+    "cut_near_base": "the trained cut team stays near the base team or below: the 95% interval of team − base "
+                     f"ends at or below +{CUT_MARGIN:.2f}",
+    "cross_play_below_pair": "cross-play (trained first seat + base) scores below the trained team: the 95% "
+                             "interval of team − cross-play lies above 0",
     "cut_influence_zero": "in the cut arm no message changed any listener (every influence interval holds 0)",
 }
 
@@ -97,6 +101,13 @@ def verdict(results: dict) -> str:
         talk = ", talking helped" if (a, b) == ("chat", "cut") and comp["delta"] > 0 else ""
         return f"the interval excludes 0: the {winner} arm beats the {loser} arm{talk}"
     return f"the interval includes 0: no evidence that the {a} and {b} arms differ"
+
+
+def _check_delta(results: dict, key: str, sub: str) -> str:
+    """The difference and interval a check was decided on (a comparison's, or a seed's `minus_base` /
+    `minus_cross_play`), or "" where it reads none (results written before the checks read intervals)."""
+    d = results["comparisons"].get(sub) if key == "interval_excludes_zero" else check_interval(results, key, sub)
+    return "" if d is None else f"{s3(d['delta'])} {interval(d['lo'], d['hi'], signed=True)}"
 
 
 def _comparison_line(comp: dict) -> str:
@@ -176,12 +187,13 @@ def _sections(results: dict) -> list[tuple]:
         text = CHECK_TEXT.get(key, "")
         if isinstance(value, dict):
             if not value:
-                rows.append([key, NONE, NONE, text + " (does not apply)"])
+                rows.append([key, NONE, NONE, "", text + " (does not apply)"])
             for sub, v in value.items():
-                rows.append([key, sub, mark(v), text])
+                rows.append([key, sub, mark(v), _check_delta(results, key, sub), text])
         else:
-            rows.append([key, "", mark(value), text])
-    out.append(("table", ["check", "seed / comparison", "result", "what it means"], rows))
+            rows.append([key, "", mark(value), "", text])
+    out.append(("table", ["check", "seed / comparison", "result", "decided on (95% interval)", "what it means"],
+                rows))
 
     out.append(("h2", "Accuracy"))
     out.append(("p", "Mean of the graded answers per problem (every seat, every chat), over the held-out problems; "
@@ -513,7 +525,10 @@ def terminal_summary(results: dict) -> str:
                 continue
             total += 1
             if not v:
-                failed.append(key if sub is None else f"{key}[{sub}]")
+                # A per-seed check is decided on an interval; show it, since the bare accuracies above may differ.
+                d = check_interval(results, key, sub) if sub is not None else None
+                why = "" if d is None else f" ({d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}])"
+                failed.append((key if sub is None else f"{key}[{sub}]") + why)
     lines.append(f"checks: {total - len(failed)}/{total} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
     lines.append(f"time of all stages: {_t3(run['wall_seconds'])} s, GPU {_t3(run['gpu_seconds'])} s")
     return "\n".join(lines) + "\n"

@@ -9,10 +9,12 @@ run per arm of `run.arms` and seed of `run.seeds` (named `{arm}-s{seed}`), and `
 one entry per arm with one `seeds` entry per seed; `evals` holds exactly the recipe's evaluations, each identified
 by its record (its `arm` and `seats`, seat by seat `base` or a run of that arm): the base team in each arm, and
 per run the run in every seat, in the first seat only, and in every seat but the first; `lo <= accuracy <= hi`
-wherever an interval is given; `comparisons` holds each configured comparison, null exactly when one of its arms
+wherever an interval is given (and `lo <= delta <= hi` in a seed's `minus_base` and `minus_cross_play`, where
+present); `comparisons` holds each configured comparison, null exactly when one of its arms
 was not run, and `checks.interval_excludes_zero` its `excludes_zero` (null without it); the per-seed check maps
 hold exactly the seeds of the arm they concern (`chat_beats_base`, `cross_play_below_pair`: the chat arm;
-`cut_near_base`: the cut arm; empty when that arm was not run).
+`cut_near_base`: the cut arm; empty when that arm was not run) and, where the seed carries the interval it is
+decided on, agree with it (`SEED_CHECKS`).
 
 Two optional sections: `variant` (present exactly when `config.variant.name` is set: its runs are in `runs`
 with a `variant` key, `{name}-s{seed}`, and evaluated like an arm's) and `cross_seed` (present exactly when
@@ -30,7 +32,8 @@ from typing import Any
 from talktosolve.arms import comparison_arms
 from talktosolve.protocol import swapped_roles
 
-__all__ = ["SCHEMA_PATH", "ResultsError", "validate_results", "load_schema", "format_path"]
+__all__ = ["SCHEMA_PATH", "ResultsError", "validate_results", "load_schema", "format_path", "CUT_MARGIN",
+           "SEED_CHECKS", "above_zero", "near_or_below", "seed_checks", "check_interval"]
 
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
 
@@ -97,6 +100,18 @@ def _check_interval(entry: dict, path: tuple, value_key: str) -> None:
         _fail(path + (value_key,), f"{value} is outside its interval [lo, hi] = [{lo}, {hi}]")
 
 
+def _check_seed_deltas(entry: dict, path: tuple) -> None:
+    """A seed's `minus_base` and `minus_cross_play`, where present: delta entries with `lo <= delta <= hi`."""
+    for key in SEED_DELTAS:
+        if key not in entry:
+            continue
+        d = entry[key]
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool)
+                                              and -1 <= d[k] <= 1 for k in ("delta", "lo", "hi")):
+            _fail(path + (key,), "must be a delta entry: delta, lo, hi numbers in [-1, 1] (docs/results.md)")
+        _check_interval(d, path + (key,), "delta")
+
+
 def _check_keys(actual, expected: set, path: tuple, what: str) -> None:
     actual = set(actual)
     missing, extra = sorted(expected - actual), sorted(actual - expected)
@@ -132,6 +147,7 @@ def _check_consistency(r: dict) -> None:
         _check_keys(entry["seeds"], set(seed_keys), ("arms", arm, "seeds"), "seed")
         for seed in seed_keys:
             _check_interval(entry["seeds"][seed], ("arms", arm, "seeds", seed), "accuracy")
+            _check_seed_deltas(entry["seeds"][seed], ("arms", arm, "seeds", seed))
 
     # Every evaluation the recipe makes, by its record: (arm, who sits in each seat, whose weights they play).
     n = len(seats)
@@ -173,6 +189,8 @@ def _check_consistency(r: dict) -> None:
     if variant is not None:
         _check_interval(variant, ("variant",), "accuracy")
         _check_keys(variant["seeds"], set(seed_keys), ("variant", "seeds"), "seed")
+        for seed in seed_keys:
+            _check_seed_deltas(variant["seeds"][seed], ("variant", "seeds", seed))
         for side, d in variant["against_arm"].items():
             _check_interval(d, ("variant", "against_arm", side), "delta")
     have = {}
@@ -231,11 +249,61 @@ def _check_consistency(r: dict) -> None:
             _fail(("checks", "interval_excludes_zero", key),
                   f"is {ez} but comparisons.{key}.excludes_zero is {comp['excludes_zero']}")
 
-    for key, arm in (("chat_beats_base", "chat"), ("cross_play_below_pair", "chat"), ("cut_near_base", "cut")):
+    for key, (arm, delta, rule) in SEED_CHECKS.items():
         _check_keys(checks[key], set(seed_keys) if arm in arms else set(), ("checks", key), "seed")
+        for seed, passed in checks[key].items():
+            d = r["arms"][arm]["seeds"][seed].get(delta)
+            if d is not None and passed is not rule(d):
+                _fail(("checks", key, seed), f"is {passed} but arms.{arm}.seeds.{seed}.{delta} is {d['delta']:+.3f} "
+                                             f"[{d['lo']:+.3f}, {d['hi']:+.3f}], which {rule.__name__} says "
+                                             f"{'passes' if rule(d) else 'fails'}")
 
 
 # ------------------------------------------------------------------------------------------ reading the records
+
+SEED_DELTAS = ("minus_base", "minus_cross_play")
+"""The delta entries beside each seed of an arm (results written before them lack them): its trained team minus
+the base team the checks hold it against, and minus its own cross-play, each paired over the same problems."""
+
+CUT_MARGIN = 0.05
+"""The cut arm counts as 'near the base or below' when the upper end of the 95% interval of its trained team
+minus the base team (paired over the same problems) is at most this."""
+
+
+def above_zero(d: dict) -> bool:
+    """A difference a - b whose 95% interval lies wholly above 0: a beats b by more than the problems drawn and
+    the chats sampled explain. A bare `a > b` passes on any difference, however small beside that noise."""
+    return d["lo"] > 0.0
+
+
+def near_or_below(d: dict) -> bool:
+    """A difference a - b whose 95% interval ends at or below `CUT_MARGIN`: the data rule out that a is more than
+    the margin above b. A bare `a <= b + margin` lets a few lucky problems fail it and too few problems pass it."""
+    return d["hi"] <= CUT_MARGIN
+
+
+SEED_CHECKS = {"chat_beats_base": ("chat", "minus_base", above_zero),
+               "cross_play_below_pair": ("chat", "minus_cross_play", above_zero),
+               "cut_near_base": ("cut", "minus_base", near_or_below)}
+"""Each per-seed check: the arm it concerns, the seed's delta entry it is decided on, and the rule it asks of
+that entry's interval."""
+
+
+def seed_checks(arms: dict, seeds) -> dict:
+    """results.json's per-seed checks from its `arms` (whose seeds carry `minus_base`, `minus_cross_play`):
+    {check: {seed: bool}}, in `SEED_CHECKS` order; {} for an arm that was not run."""
+    return {check: {str(s): rule(arms[arm]["seeds"][str(s)][key]) for s in seeds} if arm in arms else {}
+            for check, (arm, key, rule) in SEED_CHECKS.items()}
+
+
+def check_interval(results: dict, check: str, seed: str) -> dict | None:
+    """The delta entry (delta, lo, hi, ...) a per-seed check was decided on, or None: a check that reads no
+    interval, or results written before the checks did."""
+    if check not in SEED_CHECKS:
+        return None
+    arm, key, _ = SEED_CHECKS[check]
+    return results["arms"].get(arm, {}).get("seeds", {}).get(str(seed), {}).get(key)
+
 
 def line_adapters(results: dict, line: str) -> str:
     """`shared` or `per_role`: how a line of runs (an arm, or the variant) was trained, from results.json's
