@@ -169,6 +169,33 @@ class TrainConfig:
     snapshot_every: int = 20
     """With `partner=snapshot`: the frozen partner is refreshed with the learner's weights every this many
     steps."""
+    dynamic_sampling: bool = False
+    """Informative groups (DAPO's dynamic sampling): a step keeps drawing batches of `problems_per_step` problems
+    until it holds `problems_per_step` groups whose chats' rewards differ, or has drawn `max_draws` batches, and
+    learns from the first `problems_per_step` such groups (at the cap, topped up in the order drawn with groups
+    that scored alike). A group whose chats all scored alike has a zero advantage: when most groups are like that,
+    as when the untrained team rarely succeeds, an update is a few groups' noise at the optimizer's full step
+    size. False: one batch a step (the recipe)."""
+    max_draws: int = 4
+    """With `dynamic_sampling`: the most batches of `problems_per_step` problems one step draws (the first
+    included), a bound on a step's sampling cost."""
+    pool_chats: int = 0
+    """A training pool by difficulty: before training, the untrained team plays this many chats of every training
+    problem in the run's arm (cached beside the runs, in `pool/`), and training draws only from the problems it
+    solved (team reward above 0) in at least `pool_min` and at most `pool_max` of them. 0: every problem (the
+    recipe)."""
+    pool_min: int = 1
+    """With `pool_chats`: keep a problem the untrained team solved in at least this many of its chats."""
+    pool_max: int = 0
+    """With `pool_chats`: keep a problem the untrained team solved in at most this many of its chats (problems
+    it always solves teach as little as those it never does); 0: no upper bound."""
+    kl_coef: float = 0.0
+    """Weight of a KL penalty to the untrained base, on every generated token of the learner: the k3 estimator
+    exp(ref - logp) - (ref - logp) - 1 of KL(policy || base), summed over tokens and divided by the step's
+    token count like the policy term. Under LoRA the reference is the base with the adapter switched off (no
+    second model); under full fine-tuning, a frozen copy of the base. It holds the policy near the base while
+    the reward says little, so noise-driven updates cannot walk it into collapsed or runaway messages.
+    0: no penalty (the recipe)."""
 
 
 @dataclass
@@ -503,6 +530,19 @@ def validate(cfg: Config) -> None:
     if t.partners > 0 and t.runs_per_process > 1:
         problems.append("train.partners > 0 trains with a frozen partner, which runs sharing a process "
                         "(train.runs_per_process > 1) do not support; set train.runs_per_process=1.")
+    if t.max_draws < 1:
+        problems.append(f"train.max_draws is {t.max_draws}; it must be at least 1 (the first batch).")
+    if t.pool_chats < 0:
+        problems.append(f"train.pool_chats is {t.pool_chats}; use 0 (no pool) or the chats per problem of the "
+                        "pool's pre-pass, e.g. 4.")
+    elif t.pool_chats > 0 and not (1 <= t.pool_min <= t.pool_chats):
+        problems.append(f"train.pool_min is {t.pool_min}; with train.pool_chats={t.pool_chats} it must be from 1 "
+                        f"to {t.pool_chats}.")
+    elif t.pool_chats > 0 and t.pool_max and not (t.pool_min <= t.pool_max <= t.pool_chats):
+        problems.append(f"train.pool_max is {t.pool_max}; use 0 (no upper bound) or a count from train.pool_min "
+                        f"({t.pool_min}) to train.pool_chats ({t.pool_chats}).")
+    if not t.kl_coef >= 0:
+        problems.append(f"train.kl_coef is {t.kl_coef}; it must be 0 (no penalty) or more.")
     if t.microbatch_tokens < 0:
         problems.append(f"train.microbatch_tokens is {t.microbatch_tokens}; use 0 (micro-batches by chats) or a "
                         "token budget such as 12288 (the default).")

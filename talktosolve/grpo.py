@@ -12,7 +12,8 @@ the team's protocol, N seats):
     N        = sum_m |y_m|                                       every token the learner generated in the step
 
 so grad L = -(1/N) sum_m A_m sum_t grad log pi(y_{m,t}). One update per batch (on-policy), so the PPO ratio is 1
-and the clip never acts: we drop it rather than compute a no-op. No KL term, no reference model.
+and the clip never acts: we drop it rather than compute a no-op. No KL term, no reference model (an option
+below adds one).
 
 Departures from textbook GRPO (Shao et al. 2024), all from the recipe (Park et al., arXiv:2502.18439):
 - no division of the advantage by the group's standard deviation (it over-weights near-uniform groups);
@@ -22,6 +23,17 @@ Departures from textbook GRPO (Shao et al. 2024), all from the recipe (Park et a
   the whole step's count, gradient accumulation over micro-batches gives exactly the full-batch gradient;
 - the reward is a team reward shared by every seat's messages (multi-agent; the seats share one policy, or
   with per-role weights one each: below).
+
+Options that depart further, each off in the recipe (`paper`) and on in the presets that say so:
+- a KL penalty to the untrained base (`train.kl_coef` = beta): L += beta * (1/N) * sum_m sum_t k3_{m,t}, with
+  k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1 at the sampled tokens (Schulman's estimator, as in
+  Shao et al.), pi_ref the base: under LoRA the same model with its adapter off, so no second model is held.
+  Every message is then read, those with a zero advantage too (the penalty applies to them);
+- informative groups (`train.dynamic_sampling`, as in DAPO, Yu et al. 2025): the step's Q groups are the first
+  Q drawn whose rewards differ, drawing batches of Q problems up to `train.max_draws`; the objective above is
+  unchanged, over the groups kept (N counts their tokens only);
+- a training pool by difficulty (`train.pool_chats`): problems are drawn only from those the untrained team
+  solved in between `pool_min` and `pool_max` of `pool_chats` chats (`pool.py`); the objective is unchanged.
 
 Frozen partners (`train.partners`, `partners.py`): in some problems one seat is played by a frozen partner
 (the untrained base, a snapshot of the learner or another run: `train.partner`). Its messages are not samples: they get no gradient, and their tokens are not in N (the sums over m run
@@ -344,6 +356,8 @@ class StepStats:
     """What the micro-batches' forward passes read: rows with their padding, or packed rows (each shared run
     once, no padding)."""
     microbatches: int = 0
+    kl: float | None = None
+    """The k3 estimate of KL(policy || reference), per generated token of the step (with a KL penalty only)."""
 
 
 PACKED_ROWS = True
@@ -371,11 +385,15 @@ class NonFiniteLoss(RuntimeError):
 
 def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_per_microbatch: int,
                 grad_clip: float, device, n_tokens: int | None = None, microbatch_tokens: int = 0,
-                messages_per_chat: int = 4) -> StepStats:
+                messages_per_chat: int = 4, kl_coef: float = 0.0, reference=None) -> StepStats:
     """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches).
 
     Data-parallel: each rank passes its own samples and the step's global token count `n_tokens`; gradients
     are summed across ranks before clipping, which gives every rank the single-process gradient.
+
+    With `kl_coef` > 0 every sample is read (the penalty applies to zero-advantage messages too) and each
+    micro-batch is also read, without gradient, by the reference: `reference` (a frozen model), or when None
+    the model itself with its adapter switched off (LoRA).
     """
     from talktosolve import distributed
 
@@ -388,7 +406,8 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     device = torch.device(device)
     total = torch.zeros((), device=device)
     gpu = device.type == "cuda"
-    trained = [s for s in samples if s.advantage != 0]
+    trained = samples if kl_coef > 0 else [s for s in samples if s.advantage != 0]
+    kl_total = torch.zeros((), device=device)
     rows = to_sequences(trained)
     packs = packs_rows(model, device)
     if packs and microbatch_tokens > 0:
@@ -407,14 +426,20 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
                         packed = learn_packing.pack(batch, device)
                         padded += len(packed)
                         adv = packed.advantages
-                        logp = packed_token_logprobs(model, packed)  # [n]
+                        read = functools.partial(packed_token_logprobs, packed=packed)
                     else:
                         ids, comp, adv = _pad_right(batch, pad_id, device)
                         padded += ids.numel()
-                        logp = token_logprobs(model, ids, comp)  # [n]
+                        read = functools.partial(token_logprobs, ids=ids, comp=comp)
+                    ref = _reference_logprobs(model, reference, read) if kl_coef > 0 else None  # [n]
+                    logp = read(model)  # [n]
                 # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
                 ratio = torch.exp(logp - logp.detach())
                 loss = -(adv * ratio).sum() / n_tokens
+                if ref is not None:
+                    k3 = kl_k3(logp, ref)  # [n]
+                    loss = loss + kl_coef * k3.sum() / n_tokens
+                    kl_total += k3.detach().sum()
                 loss.backward()
             total += loss.detach()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -429,6 +454,27 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLoss(f"loss {total}, gradient norm {norm}")
     optimizer.step()
+    kl = distributed.sum_scalar(float(kl_total), device) / n_tokens if kl_coef > 0 else None
     return StepStats(loss=total, grad_norm=norm, tokens=n_tokens, samples=len(samples),
                      skipped=len(samples) - len(trained), row_tokens=row_tokens, padded_tokens=padded,
-                     microbatches=len(batches))
+                     microbatches=len(batches), kl=kl)
+
+
+def kl_k3(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || reference) at tokens sampled from the policy:
+    exp(ref - logp) - (ref - logp) - 1 (>= 0, unbiased, and its gradient pulls logp toward ref). [n] -> [n]."""
+    d = ref - logp
+    return torch.exp(d) - d - 1
+
+
+def _reference_logprobs(model, reference, read) -> torch.Tensor:
+    """`read(model)` under the reference policy, without gradient: the frozen `reference`, or the model with its
+    adapter switched off (under LoRA the base is the adapter-free model, so no second copy is held)."""
+    with torch.no_grad():
+        if reference is not None:
+            return read(reference)
+        if not hasattr(model, "disable_adapter"):
+            raise ValueError("a KL penalty needs a reference: a LoRA model (its adapter switched off) or a "
+                             "frozen copy of the base")
+        with model.disable_adapter():
+            return read(model)

@@ -31,6 +31,7 @@ sampling generator is then derived from (the runs' seeds, k), and each run's fol
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import shutil
 import time
@@ -47,7 +48,9 @@ from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, l
                                 make_trainable, resolve_device, save_policy, stop_ids)
 from talktosolve.arms import ARMS
 from talktosolve.frozen import FrozenPartner, in_learners_engines, partner_key, partner_slots
+from talktosolve.informative import chosen, enough, informative, more_problems
 from talktosolve.partners import lineups, partner_seats
+from talktosolve.pool import PoolError, training_pool
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
 from talktosolve.rollout import Player, play_chats
@@ -79,13 +82,33 @@ def run_config(cfg: Config, arm: str, seed: int) -> dict:
         del train["snapshot_every"]
     if d["model"]["adapters"] == "shared":
         del d["model"]["adapters"]
+    # The learning options count only when on, so runs without them keep their keys.
+    if not train["dynamic_sampling"]:
+        del train["dynamic_sampling"], train["max_draws"]
+    if not train["pool_chats"]:
+        del train["pool_chats"], train["pool_min"], train["pool_max"]
+    if not train["kl_coef"]:
+        del train["kl_coef"]
     return {"model": d["model"], "data": d["data"], "chat": d["chat"], "train": d["train"], "arm": arm,
             "seed": seed}
 
 
 def is_done(run_dir: Path, cfg: Config, arm: str, seed: int) -> bool:
+    """Whether `run_dir` holds a finished run of this config, arm and seed. A run finished in a group of another
+    size (`train.runs_per_process`, recorded in its config.json) counts: the group only chose which random
+    numbers its chats drew, so a recipe whose seeds grow, trained more runs at a time, reuses it."""
     done = Path(run_dir) / "done.json"
-    return done.exists() and read_json(done).get("key") == config_key(run_config(cfg, arm, seed))
+    if not done.exists():
+        return False
+    key = read_json(done).get("key")
+    if key == config_key(run_config(cfg, arm, seed)):
+        return True
+    config = Path(run_dir) / "config.json"
+    group = read_json(config).get("train", {}).get("runs_per_process") if config.exists() else None
+    if not isinstance(group, int) or group == cfg.train.runs_per_process:
+        return False
+    grouped = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, runs_per_process=group))
+    return key == config_key(run_config(grouped, arm, seed))
 
 
 def learning_rate(t, step: int) -> float:
@@ -132,6 +155,8 @@ class _Run:
     start: int = 0
     weights: list | None = None
     """Its trainable tensors while the model holds another run's (runs sharing a process); None when alone."""
+    problems: list = field(default_factory=list)
+    """The training problems it draws from: all of them, or its arm's pool (`pool.py`)."""
 
     @property
     def name(self) -> str:
@@ -142,14 +167,14 @@ class _Run:
 
 
 def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, progress: bool = True,
-          loggers: tuple = ()) -> Path:
+          loggers: tuple = (), pool_dir: Path | None = None) -> Path:
     """Train one arm/seed into `run_dir` (resuming it if it holds a checkpoint of the same config)."""
-    train_runs(cfg, [(arm, seed, run_dir)], problems, progress=progress, loggers=[loggers])
+    train_runs(cfg, [(arm, seed, run_dir)], problems, progress=progress, loggers=[loggers], pool_dir=pool_dir)
     return Path(run_dir)
 
 
 def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *, progress: bool = True,
-               loggers: list[tuple] | None = None) -> None:
+               loggers: list[tuple] | None = None, pool_dir: Path | None = None) -> None:
     """Train (arm, seed, run_dir) runs side by side in this process, each into its own resumable folder.
 
     One run is the plain loop. Several share one frozen base (LoRA only): each step their chats are sampled
@@ -163,6 +188,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     messages, with the team's advantages, normalised by its own tokens (`_learn`). A copy of the base per role
     costs one more set of base weights each (3 GB at 1.5B parameters in bf16), the simple way to an engine per
     role whose CUDA graphs read only that role's weights.
+
+    With a training pool (`train.pool_chats`), each arm's pool is played once into `pool_dir/{arm}/` (default:
+    the first run's folder's `pool/`) before the learner is loaded.
     """
     from tqdm.auto import tqdm
 
@@ -193,6 +221,16 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         raise TrainingError("several runs share a process only with one shared LoRA adapter each "
                             "(model.finetune=lora, model.adapters=shared) in a single process; train them one at a "
                             "time (train.runs_per_process=1).")
+    if size > 1 and (t.dynamic_sampling or t.pool_chats):
+        raise TrainingError("train.dynamic_sampling and train.pool_chats run in a single process; launch without "
+                            "torchrun, or turn them off.")
+    try:
+        pools = {arm: training_pool(cfg, arm, problems, Path(pool_dir or pending[0].dir / "pool"), progress=progress)
+                 for arm in dict.fromkeys(run.arm for run in pending)}
+    except PoolError as e:
+        raise TrainingError(str(e)) from None
+    for run in pending:
+        run.problems = pools[run.arm]
     main = rank == 0
     if main:
         for run in pending:
@@ -247,14 +285,14 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if partner is not None and partner.snapshots and pending[0].start:
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
     gpu = device.type == "cuda"
+    reference = _reference(cfg, device)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
     bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
+    G = t.chats_per_problem
     for step in range(first, t.steps):
         began = time.perf_counter()
         active = [run for run in pending if run.start <= step]  # a resumed run further along waits
-        batches = [distributed.shard(step_problems(problems, run.seed, step, t.problems_per_step), rank, size)
-                   for run in active]
         if gpu:
             torch.cuda.reset_peak_memory_stats(device)
         try:
@@ -264,26 +302,54 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                     _swap_in(params, run)
                     engines[0].store_adapter(slot)
                     players.append(Player(engines[0], tokenizer, f"policy-{slot}", slot))
-                # Each run's chats through its own slot, all in one call a turn.
-                seating = [{seat: players[j] for seat in protocol.seats}
-                           for j, b in enumerate(batches) for _ in range(len(b) * t.chats_per_problem)]
-                seed = _shared_seed([run.seed for run in active], step)
-            else:
-                if partner_rows:  # the slot engines sample from slot 0, not the live weights: store this step's
-                    for engine in engines:
-                        engine.store_adapter(0)
-                seating = learners
-                seed = active[0].seed * 100_003 + step + rank * 1_000_000_007
-            # Runs sharing a process never have partners (config.validate), so this is one run's step.
-            frozen = distributed.shard(partner_seats(active[0].seed, step, t.problems_per_step, t.partners,
-                                                     protocol.seats), rank, size) if partner else None
+            elif partner_rows:  # the slot engines sample from slot 0, not the live weights: store this step's
+                for engine in engines:
+                    engine.store_adapter(0)
             if partner is not None:
                 partner.refresh(step)
-                seating = lineups(frozen, t.chats_per_problem, protocol.seats, learners, partner.players)
-            chats = play_chats([p for b in batches for p in b],
-                               [ARMS[run.arm] for run, b in zip(active, batches) for _ in b],
-                               seating, protocol, cfg.chat, chats_per_problem=t.chats_per_problem, seed=seed)
-            reward.score_chats(chats, protocol)
+
+            def play(draw: int, batches: list[list]) -> list[list[_Group]]:
+                """One draw of the step: every run's batch (some may be empty) in one call a turn -> each run's
+                groups, in the order of its problems."""
+                who = [j for j, b in enumerate(batches) if b]
+                key = step if draw == 0 else f"{step}-{draw}"  # the first draw is the step's draw without options
+                frozen = None
+                if shared:
+                    seating = [{seat: players[j] for seat in protocol.seats} for j in who
+                               for _ in range(len(batches[j]) * G)]
+                    seed = _shared_seed([run.seed for run in active], key)
+                else:
+                    seating = learners
+                    seed = (active[0].seed * 100_003 + step + rank * 1_000_000_007 if draw == 0
+                            else _shared_seed([active[0].seed], key))
+                if partner is not None:  # runs sharing a process never have partners (config.validate)
+                    frozen = partner_seats(active[0].seed, key, t.problems_per_step if draw == 0 else len(batches[0]),
+                                           t.partners, protocol.seats)
+                    frozen = distributed.shard(frozen, rank, size) if draw == 0 else frozen
+                    seating = lineups(frozen, G, protocol.seats, learners, partner.players)
+                chats = play_chats([p for j in who for p in batches[j]],
+                                   [ARMS[active[j].arm] for j in who for _ in batches[j]],
+                                   seating, protocol, cfg.chat, chats_per_problem=G, seed=seed)
+                reward.score_chats(chats, protocol)
+                out: list[list[_Group]] = [[] for _ in batches]
+                for j in who:
+                    mine, chats = chats[:len(batches[j]) * G], chats[len(batches[j]) * G:]
+                    out[j] = [_Group(mine[i * G:(i + 1) * G], None if frozen is None else frozen[i], draw)
+                              for i in range(len(batches[j]))]
+                return out
+
+            first_batches = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
+                                               rank, size) for run in active]
+            groups = play(0, first_batches)
+            wanted = [len(b) for b in first_batches]
+            for draw in range(1, t.max_draws if t.dynamic_sampling else 1):
+                more = [[] if enough(_rewards(g), n) else
+                        more_problems(run.problems, run.seed, step, draw, n, {x.chats[0].problem_id for x in g})
+                        for run, g, n in zip(active, groups, wanted)]
+                if not any(more):
+                    break
+                for g, new in zip(groups, play(draw, more)):
+                    g += new
             if shared:
                 # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
                 # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
@@ -294,7 +360,6 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                         engine.release(weights=True)
             sampled = time.perf_counter()
             peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if gpu else None
-            per_run = len(chats) // len(active)
             rows = []
             for j, run in enumerate(active):
                 learn_began = time.perf_counter()
@@ -302,25 +367,30 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                     torch.cuda.reset_peak_memory_stats(device)
                 if shared:
                     _swap_in(params, run)
-                mine = chats[j * per_run:(j + 1) * per_run]
-                frozen_seats = None if frozen is None else [f for f in frozen for _ in range(t.chats_per_problem)]
+                kept = (chosen(_rewards(groups[j]), wanted[j]) if t.dynamic_sampling
+                        else list(range(len(groups[j]))))
+                mine = [c for i in kept for c in groups[j][i].chats]
+                frozen_seats = None if partner is None else [groups[j][i].frozen for i in kept for _ in range(G)]
                 role_stats = []
                 for role in run.roles:
                     for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
                         group["lr"] = learning_rate(t, step)
                     role_stats.append(_learn(role.model, role.optimizer, mine, t, tokenizer.pad_token_id, device,
-                                             protocol.n_turns, frozen_seats, role.seats))
+                                             protocol.n_turns, frozen_seats, role.seats, reference))
                 stats = _combined([s for s in role_stats if s is not None])
                 if shared:
                     _swap_out(params, run)
                 learned = time.perf_counter()
                 # Sampling was shared: each run is charged its share of it.
                 sample_seconds = (sampled - began) / len(active)
-                transcripts = distributed.gather([{"step": step, **c.transcript(),
-                                                   **_partner_record(frozen_seats, i, partner, step)}
-                                                  for i, c in enumerate(mine)])
-                row = step_metrics(step, transcripts, protocol, stats, sample_seconds + learned - learn_began, sample_seconds,
-                                   learned - learn_began)
+                transcripts = distributed.gather([
+                    {"step": step, **c.transcript(), **_partner_record(g.frozen, partner, step),
+                     **({"draw": g.draw, "trained": i in kept} if t.dynamic_sampling else {})}
+                    for i, g in enumerate(groups[j]) for c in g.chats])
+                row = step_metrics(step, [c for c in transcripts if c.get("draw", 0) == 0], protocol, stats,
+                                   sample_seconds + learned - learn_began, sample_seconds, learned - learn_began)
+                if t.dynamic_sampling:
+                    row.update(draw_metrics(groups[j], kept))
                 if shared:
                     row["perf/shared_runs"] = len(active)
                 if gpu:
@@ -370,7 +440,7 @@ def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ..
 
 
 def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
-           frozen: list[str | None] | None = None, seats=None) -> StepStats | None:
+           frozen: list[str | None] | None = None, seats=None, reference=None) -> StepStats | None:
     """One GRPO update of one set of weights from one run's chats (grouped by problem): advantages, then the
     samples of the seats these weights play (`seats`; None: every seat). `frozen[i]`: the seat a frozen
     partner played in chat i (None: self-play); its messages are not trained. Only the trained messages count
@@ -389,7 +459,8 @@ def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_c
         return None
     return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
                        chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
-                       microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat)
+                       microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat,
+                       kl_coef=t.kl_coef, reference=reference)
 
 
 def _combined(stats: list[StepStats]) -> StepStats:
@@ -405,13 +476,46 @@ def _combined(stats: list[StepStats]) -> StepStats:
                      microbatches=sum(s.microbatches for s in stats))
 
 
-def _partner_record(frozen: list[str | None] | None, i: int, partner: FrozenPartner | None, step: int) -> dict:
+def _partner_record(seat: str | None, partner: FrozenPartner | None, step: int) -> dict:
     """A transcript's partner: the seat the frozen partner played (only in runs that train with partners), and
     for a snapshot partner the step whose weights it held."""
-    if frozen is None:
+    if partner is None:
         return {}
-    held = partner.snapshot_step(step) if frozen[i] is not None else None
-    return {"partner_seat": frozen[i], **({"partner_step": held} if held is not None else {})}
+    held = partner.snapshot_step(step) if seat is not None else None
+    return {"partner_seat": seat, **({"partner_step": held} if held is not None else {})}
+
+
+@dataclass
+class _Group:
+    """The chats of one problem in one step (a GRPO group), the seat a frozen partner played in all of them (or
+    None) and the draw of the step it came from."""
+
+    chats: list
+    frozen: str | None
+    draw: int
+
+
+def _rewards(groups: list[_Group]) -> list[list[float]]:
+    return [[c.reward for c in g.chats] for g in groups]
+
+
+def draw_metrics(groups: list[_Group], kept: list[int]) -> dict:
+    """With informative groups: how many batches the step drew, the share of its drawn groups whose rewards
+    differ, and the mean reward of the chats it learned from."""
+    trained = [c.reward for i in kept for c in groups[i].chats]
+    return {"train/draws": max(g.draw for g in groups) + 1, "train/groups_drawn": len(groups),
+            "train/informative_share": sum(informative(r) for r in _rewards(groups)) / len(groups),
+            "train/reward_trained": sum(trained) / len(trained)}
+
+
+def _reference(cfg: Config, device):
+    """The KL penalty's reference policy when it is not the learner with its adapter off (LoRA): under full
+    fine-tuning, a frozen copy of the base. None without a penalty, or under LoRA."""
+    if cfg.train.kl_coef == 0 or cfg.model.finetune == "lora":
+        return None
+    model = load_base(cfg.model, device)
+    model.requires_grad_(False)
+    return model.eval()
 
 
 def _record(run: _Run, step: int, row: dict, transcripts: list, t, partner: FrozenPartner | None) -> None:
@@ -498,5 +602,6 @@ def step_metrics(step: int, chats: list[dict], protocol: Protocol, stats, second
         "perf/learn_row_tokens": stats.row_tokens,
         "perf/learn_padded_tokens": stats.padded_tokens,
         "perf/learn_skipped_messages": stats.skipped,
+        **({"loss/kl": stats.kl} if stats.kl is not None else {}),
     }
 

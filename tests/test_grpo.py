@@ -237,3 +237,75 @@ def test_zero_advantage_messages_are_skipped_and_the_update_is_unchanged():
     for a, b in zip(*stepped):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert opt.state[next(iter(model.parameters()))]["step"] == 2
+
+
+def test_kl_penalty_adds_beta_times_the_k3_gradient_over_every_token():
+    """With kl_coef: the gradient is the policy gradient plus beta * (1/N) grad sum_t k3(logp_t, ref_t), over
+    every message (zero advantages included), with the reference a frozen copy; stats.kl is the mean k3."""
+    import copy
+
+    from talktosolve.grpo import kl_k3
+
+    torch.manual_seed(0)
+    samples = [Sample([1, 2], [3, 4, 5], 0.5, 0), Sample([2, 1], [6], 0.0, 1), Sample([3], [7, 8], -0.5, 2)]
+    model, beta = Toy(), 0.3
+    reference = copy.deepcopy(model)
+    with torch.no_grad():  # the policy has moved away from its reference
+        model.head.weight.add_(0.5 * torch.randn_like(model.head.weight))
+    n_tok = sum(len(s.completion_ids) for s in samples)
+    policy = -sum(s.advantage * reference_logprobs(model, s).sum() for s in samples) / n_tok
+    k3 = torch.cat([kl_k3(reference_logprobs(model, s), reference_logprobs(reference, s).detach()) for s in samples])
+    (policy + beta * k3.sum() / n_tok).backward()
+    expected = model.head.weight.grad.clone()
+    model.zero_grad()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu",
+                        kl_coef=beta, reference=reference)
+    torch.testing.assert_close(model.head.weight.grad, expected)
+    assert stats.skipped == 0, "the penalty reads zero-advantage messages too"
+    assert stats.kl == pytest.approx(float(k3.detach().mean()))
+    assert float(k3.min()) >= 0 and float(k3.max()) > 0
+
+
+def test_kl_penalty_is_zero_at_the_reference_and_off_by_default():
+    """At the reference the k3 term and its gradient vanish (the update equals the plain one); without kl_coef
+    no reference is read and stats.kl is None."""
+    import copy
+
+    torch.manual_seed(0)
+    samples = [Sample([1, 2], [3, 4, 5], 0.5, 0), Sample([3], [7, 8], -0.5, 1)]
+    model = Toy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    plain = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu")
+    want = model.head.weight.grad.clone()
+    assert plain.kl is None
+    stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu",
+                        kl_coef=1.0, reference=copy.deepcopy(model))
+    torch.testing.assert_close(model.head.weight.grad, want)
+    assert stats.kl == pytest.approx(0.0, abs=1e-7)
+
+
+def test_kl_penalty_under_lora_reads_the_reference_with_the_adapter_off(tiny_model_dir):
+    """Under LoRA, no reference model: the adapter switched off is the base. A trained-away adapter gives a
+    positive KL; a fresh one (B = 0) gives 0."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    import functools
+
+    from talktosolve.grpo import _pad_right, _reference_logprobs
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules="all-linear"))
+    samples = [Sample([1, 2, 3], [4, 5], 1.0, 0)]
+    ids, comp, _ = _pad_right(samples, 0, "cpu")
+    read = functools.partial(token_logprobs, ids=ids, comp=comp)
+    with torch.no_grad():
+        torch.testing.assert_close(_reference_logprobs(model, None, read), read(model))  # B = 0: same policy
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+        assert not torch.allclose(_reference_logprobs(model, None, read), read(model))
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu", kl_coef=0.1)
+    assert stats.kl > 0
