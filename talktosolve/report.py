@@ -466,7 +466,7 @@ def terminal_summary(results: dict) -> str:
             rows.append([f"{arm} (all seeds)", _t3(a["accuracy"]), f"[{_t3(a['lo'])}, {_t3(a['hi'])}]", "", ""])
     seats = _seat_names(results)
     lines = [f"talktosolve: preset {results['preset']}, model {run['model']}, seats {', '.join(seats)} (turns "
-             f"{','.join(run['protocol']['order'])}), seeds {', '.join(_seeds(results))}, {run['steps']} steps", ""]
+             f"{','.join(run['protocol']['order'])}), seeds {', '.join(_seeds(results))}; {run['steps']} steps", ""]
     lines += _table(["evaluation", "accuracy", "95% interval", "send", "use"], rows)
 
     cross = []
@@ -530,5 +530,7 @@ def terminal_summary(results: dict) -> str:
                 why = "" if d is None else f" ({d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}])"
                 failed.append((key if sub is None else f"{key}[{sub}]") + why)
     lines.append(f"checks: {total - len(failed)}/{total} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
-    lines.append(f"time of all stages: {_t3(run['wall_seconds'])} s, GPU {_t3(run['gpu_seconds'])} s")
+    # A run on a CPU has no GPU time: saying "GPU - s" would suggest a figure that is missing.
+    gpu = "" if run["gpu_seconds"] is None else f", GPU {_t3(run['gpu_seconds'])} s"
+    lines.append(f"time of all stages: {_t3(run['wall_seconds'])} s{gpu}")
     return "\n".join(lines) + "\n"
