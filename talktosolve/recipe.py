@@ -141,10 +141,15 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
                loggers_for=None) -> dict:
     """Run (or resume) the recipe into `out`; returns results.json's content."""
     out = Path(out)
+    resuming = (out / "config.json").is_file()
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     write_json(out / "config.json", {"preset": preset, **cfg.to_dict()})
     protocol = protocol_of(cfg.chat)
+    if resuming:
+        import sys
+
+        print(f"resuming {out}: {found_done(cfg, out, protocol)}", file=sys.stderr)
     train_set, test_set, eligibility = load_problems(cfg, out / "data")
     test_set = test_set[: cfg.eval.n_problems]
 
@@ -211,15 +216,59 @@ def replay_teams(cfg: Config, out: Path, specs: list[EvalSpec], evals: dict, pro
     from talktosolve.replay import chosen_positions, estimate_seconds, replay_influence, replayed_messages
 
     protocol = protocol_of(cfg.chat)
-    teams = [spec for spec in specs if len(set(spec.seats)) == 1 and spec.roles is None]
+    teams = replayed_teams(specs)
     chosen = chosen_positions(protocol, None)
-    n_chats = min(cfg.eval.influence_problems, cfg.eval.n_problems) * cfg.eval.chats_per_problem
-    messages = replayed_messages(protocol, chosen, n_chats, len(cfg.eval.influence_kinds))
-    seconds = sum(estimate_seconds(evals[spec], protocol, messages) for spec in teams)
-    print(f"influence: {len(teams)} evaluations x {messages} replayed messages, about {seconds:.0f} s at the "
-          "evaluations' own pace (eval.influence=false skips it)", file=sys.stderr)
+    # Announced: only the replays that will run (a rerun reads the finished ones back).
+    pending = [spec for spec in teams if not is_replayed(cfg, out, spec, evals[spec])]
+    if pending:
+        n_chats = min(cfg.eval.influence_problems, cfg.eval.n_problems) * cfg.eval.chats_per_problem
+        messages = replayed_messages(protocol, chosen, n_chats, len(cfg.eval.influence_kinds))
+        seconds = sum(estimate_seconds(evals[spec], protocol, messages) for spec in pending)
+        print(f"influence: {len(pending)} evaluation{'s' if len(pending) > 1 else ''} x {messages} replayed messages, "
+              f"about {seconds:.0f} s at the evaluations' own pace (eval.influence=false skips it)", file=sys.stderr)
     return {spec: replay_influence(cfg, out / "evals" / spec.name, progress=progress,
                                    label=f"influence {spec.name}") for spec in teams}
+
+
+def replayed_teams(specs: list[EvalSpec]) -> list[EvalSpec]:
+    """The evaluations the influence stage replays: one model in every seat (the untrained team, each run)."""
+    return [spec for spec in specs if len(set(spec.seats)) == 1 and spec.roles is None]
+
+
+def is_replayed(cfg: Config, out: Path, spec: EvalSpec, summary: dict) -> bool:
+    """Whether the evaluation's influence replays are finished under this config (as `replay_influence` tells)."""
+    from talktosolve.replay import chosen_positions, influence_key
+    from talktosolve.store import read_json
+
+    done = out / "evals" / spec.name / "influence" / "influence.json"
+    turns = [p.turn for p in chosen_positions(protocol_of(cfg.chat), None)]
+    return done.is_file() and read_json(done).get("key") == influence_key(cfg, summary, turns)
+
+
+def found_done(cfg: Config, out: Path, protocol: Protocol) -> str:
+    """What a rerun finds finished under this config: runs trained, evaluations and influence replays done (each
+    stage's record holds the key of the config that made it, as the stage itself checks)."""
+    from talktosolve.evaluate import eval_key, is_current
+    from talktosolve.store import read_json
+    from talktosolve.train import is_done
+
+    runs = [(line, s) for line in trained_lines(cfg) for s in cfg.seeds]
+    trained = sum(is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s) for line, s in runs)
+    specs = recipe_evals(cfg, protocol)
+
+    def key(spec: EvalSpec) -> str:  # as the evaluation itself keys it (`evaluate.evaluate_teams`)
+        seats = {seat: None if run is None else str(out / "runs" / run)
+                 for seat, run in zip(protocol.seats, spec.seats)}
+        return eval_key(cfg, spec.arm, seats, spec.role_map(protocol.seats))
+
+    done = {spec for spec in specs if is_current(out / "evals" / spec.name, key(spec))}
+    text = f"{trained} of {len(runs)} runs trained, {len(done)} of {len(specs)} evaluations done"
+    if cfg.eval.influence:
+        teams = replayed_teams(specs)
+        replayed = sum(spec in done and is_replayed(cfg, out, spec, read_json(out / "evals" / spec.name /
+                                                                              "summary.json")) for spec in teams)
+        text += f", {replayed} of {len(teams)} influence replays done"
+    return text
 
 
 def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
