@@ -4,22 +4,39 @@ Every command that runs models takes `--preset NAME` (data in talktosolve/preset
 `--set section.field=value` overrides; the resolved config is written into the output folder.
 
 A user's mistake ends in one line on stderr and exit status 2, with nothing written: every path argument says
-what it must be (`talktosolve.folders`) and is checked as the command line is parsed, the config is built and
-checked next, and a run's model and device are found before its first write. `main` is the one place where
-these errors (`user_errors()`) are turned into that line.
+what it must be (`talktosolve.folders`) and is checked as the command line is parsed; then the config, the inputs
+it would ignore, the loggers, the seats and roles; then the data (a bad `--gsm8k` is named before any model is
+looked for), then the model and device; only then does the work begin, and a folder made while checking is
+removed when a check fails. `main` is the one place where these errors (`user_errors()`) are turned into that
+line.
+
+torch and transformers are imported inside the commands that run a model, so `--help` answers at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
+from talktosolve import __version__
 from talktosolve.arms import ARMS
 from talktosolve.config import ConfigError, make_config, parse_overrides, preset_names
 from talktosolve.folders import (FolderError, check_diagnosable, check_evaluation, check_output, check_player,
-                                 check_source)
+                                 check_source, holds_roles)
+from talktosolve.tracking import LOGGERS
+
+DEFAULT_PRESET = "micro"
+"""The preset of `train`, `eval` and `recipe` when none is given: the micro world, on a CPU, nothing downloaded."""
+
+HUB_TIMEOUT = 10
+"""Seconds to wait for the Hub's answer about a model before saying it cannot be reached."""
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
 class UsageError(Exception):
@@ -79,13 +96,47 @@ def _whole(low: int, high: int | None = None):
 _SEED = _whole(0, 2**63)
 
 
-def _config(args, **extra):
+def _config(args):
+    """The config of a command that runs a model: preset, `--set`, `--gsm8k`; refused where the task it sets would
+    not read the GSM8K it names."""
     overrides = parse_overrides(args.set or [])
-    for section, values in extra.items():
-        for key, value in values.items():
-            if value is not None:
-                overrides.setdefault(section, {})[key] = value
-    return make_config(args.preset, overrides)
+    if args.gsm8k is not None:
+        overrides.setdefault("data", {})["gsm8k"] = args.gsm8k
+    cfg = make_config(args.preset, overrides)
+    if cfg.data.task == "micro" and cfg.data.gsm8k:
+        given = f"--gsm8k {args.gsm8k}" if args.gsm8k else f"data.gsm8k={cfg.data.gsm8k}"
+        raise UsageError(f"preset {args.preset} makes its own problems (data.task=micro) and reads no GSM8K, so "
+                         f"{given} would be ignored; leave it out, or use a GSM8K preset (--preset paper).")
+    if getattr(args, "log", None):
+        from talktosolve.tracking import check_logger
+
+        check_logger(args.log)
+    return cfg
+
+
+@contextlib.contextmanager
+def _checking(out: Path):
+    """The checks of a command that writes into `out`, from its data to its model: when one fails, the folder the
+    checks made on the way (the problems built from `--gsm8k`) is removed, so a failed command leaves none."""
+    made = Path(out)
+    if made.exists():
+        made = None
+    else:
+        while not made.parent.exists():
+            made = made.parent
+    try:
+        yield
+    except BaseException:
+        if made is not None and made.exists():
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
+def _problems(cfg, out: Path):
+    """(train, test, eligibility): read before any model is looked for, so a bad `--gsm8k` is named first."""
+    from talktosolve.tasks import load_problems
+
+    return load_problems(cfg, out / "data")
 
 
 def _preflight(cfg) -> None:
@@ -93,19 +144,86 @@ def _preflight(cfg) -> None:
     device then leaves no half-made folder behind."""
     from talktosolve.policy import load_tokenizer, resolve_device
 
+    _quiet_hub_bars()
     resolve_device(cfg.device)
+    _reach_hub(cfg.model.name_or_path)
     load_tokenizer(cfg.model)
 
 
-def _common(p, default_preset):
-    p.add_argument("--preset", default=default_preset,
-                   help=f"config preset: one of {', '.join(preset_names())} or a .json file (default: {default_preset})")
+def _quiet_hub_bars() -> None:
+    # transformers draws a bar for every weight load and save; ours (per run and evaluation) say more.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def _reach_hub(name: str) -> None:
+    """Ask the Hub about a model named by its Hub id once, with a short timeout, before transformers asks for its
+    files: where the Hub cannot be reached, transformers retries each file for about 50 s, then fails in many
+    lines. A copy in the cache is then used offline; without one, a ModelError says what to do."""
+    import os
+
+    if Path(name).expanduser().exists() or name.endswith(".gguf") or not _HUB_ID.fullmatch(name) or name in (
+            "micro", "micro-teams"):
+        return
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    from talktosolve.policy import ModelError
+
+    if constants.HF_HUB_OFFLINE:  # the cache alone is read, at once
+        return
+    try:
+        HfApi().model_info(name, timeout=HUB_TIMEOUT)
+    except RepositoryNotFoundError:
+        raise ModelError(f"`{name}` is no local folder, and the Hub has no model by that name (or it is private: "
+                         "log in with `hf auth login`); give a Hub id or a folder with --set "
+                         "model.name_or_path=...") from None
+    except HfHubHTTPError:
+        return  # the Hub answered: loading says the rest
+    except Exception as e:  # no network, no name service, a timeout: all the same to the user
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            constants.HF_HUB_OFFLINE = True  # read at each call: the cached copy serves without the retries
+            os.environ["HF_HUB_OFFLINE"] = "1"  # and in the processes this one starts
+            print(f"note: the Hub cannot be reached ({type(e).__name__}); using the cached copy of {name}",
+                  file=sys.stderr)
+            return
+        raise ModelError(f"`{name}` is no local folder, and the Hub cannot be reached to fetch it "
+                         f"({type(e).__name__}: {e}) nor is a copy cached; connect and rerun, or give a local model "
+                         "folder with --set model.name_or_path=PATH (offline, set HF_HUB_OFFLINE=1).") from None
+
+
+def _check_seats(cfg, seats: dict[str, str | None], roles: dict[str, str]) -> None:
+    """Every seat named is the protocol's, and every role swapped is one the seat's player has weights for: a
+    run with one shared adapter (or the base) plays every seat alike, so a role given for it would be ignored."""
+    known = list(cfg.chat.seats)
+    unknown = sorted((set(seats) | set(roles) | set(roles.values())) - set(known))
+    if unknown:
+        raise UsageError(f"no seat {', '.join(unknown)} in this protocol; its seats are {', '.join(known)}.")
+    for seat, role in roles.items():
+        if role == seat:
+            continue
+        player = seats.get(seat)
+        if player is None:
+            raise UsageError(f"--role {seat}={role}: seat {seat} is played by the untrained base, which has no "
+                             f"roles to swap; seat a run trained with model.adapters=per_role (--a, --b, --seat).")
+        if not holds_roles(player):
+            raise UsageError(f"--role {seat}={role}: {player} trained one shared adapter for every seat, so it plays "
+                             "them all alike; a role swap needs a run trained with --set model.adapters=per_role.")
+
+
+def _common(p, *, log: bool = True):
+    p.add_argument("--preset", default=DEFAULT_PRESET,
+                   help=f"config preset: one of {', '.join(preset_names())} or a .json file (default: "
+                        f"{DEFAULT_PRESET}, the micro world on a CPU)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=3e-4 (repeatable)")
     p.add_argument("--gsm8k", type=_checked(check_source, built=True),
-                   help="GSM8K folder, or one written by `talktosolve data` (default: the Hub, when online)")
+                   help="GSM8K folder, or one written by `talktosolve data`, for a preset whose data.task is gsm8k "
+                        "(paper; default: the Hub, when online)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--log", choices=["tensorboard", "wandb"], help="also send metrics to TensorBoard or W&B")
+    if log:
+        p.add_argument("--log", choices=LOGGERS, help="also send metrics to TensorBoard or W&B")
 
 
 def cmd_data(args) -> int:
@@ -119,17 +237,18 @@ def cmd_data(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train
-
-    cfg = _config(args, data={"gsm8k": args.gsm8k})
+    cfg = _config(args)
     if cfg.train.runs_per_process > 1:
         raise ConfigError("train.runs_per_process groups the recipe's runs (`talktosolve recipe`); `talktosolve "
                           "train` trains one run: leave it at 1 here.")
-    _preflight(cfg)
     out = Path(args.out)
-    train_set, _, _ = load_problems(cfg, out / "data")
-    train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=_loggers(args, out))
+    with _checking(out):
+        train_set, _, _ = _problems(cfg, out)
+        _preflight(cfg)
+        loggers = _loggers(args, out)
+    from talktosolve.train import train
+
+    train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=loggers)
     from talktosolve.distributed import world
 
     if world()[0] == 0:
@@ -138,17 +257,18 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from talktosolve.evaluate import evaluate
-    from talktosolve.tasks import load_problems
-
-    cfg = _config(args, data={"gsm8k": args.gsm8k})
-    _preflight(cfg)
-    out = Path(args.out)
-    _, test_set, _ = load_problems(cfg, out / "data")
+    cfg = _config(args)
     seats = {"A": args.a, "B": args.b, **dict(args.seat or [])}
     seats = {seat: path for seat, path in seats.items() if path is not None}
-    summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, roles=dict(args.role or []) or None,
-                       progress=not args.quiet)
+    roles = dict(args.role or [])
+    _check_seats(cfg, seats, roles)
+    out = Path(args.out)
+    with _checking(out):
+        _, test_set, _ = _problems(cfg, out)
+        _preflight(cfg)
+    from talktosolve.evaluate import evaluate
+
+    summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, roles=roles or None, progress=not args.quiet)
     talk = summary["talk"]
     by_seat = ", ".join(f"{seat} {acc:.3f}" for seat, acc in summary["acc"].items())
     print(f"accuracy {summary['accuracy']:.3f} ({by_seat}) over "
@@ -162,6 +282,16 @@ def cmd_compare(args) -> int:
 
     from talktosolve.stats import paired_delta_report
     from talktosolve.store import read_json
+
+    both = sorted({Path(f).resolve() for f in args.chat} & {Path(f).resolve() for f in args.cut})
+    if both:
+        raise UsageError(f"{both[0]} is given as both --chat and --cut; compare needs each arm's own evaluations "
+                         "(one folder against itself differs by 0).")
+    for option, folders in (("--chat", args.chat), ("--cut", args.cut)):
+        resolved = [Path(f).resolve() for f in folders]
+        twice = next((f for i, f in enumerate(resolved) if f in resolved[:i]), None)
+        if twice is not None:
+            raise UsageError(f"{twice} is given twice in {option}; each evaluation is one seed: give it once.")
 
     def scores(folders):
         rows = [read_json(Path(f) / "summary.json") for f in folders]
@@ -197,6 +327,7 @@ def cmd_influence(args) -> int:
                              "config); give the --preset and --set values it was evaluated with.")
         preset = str(folder / "config.json")
     cfg = make_config(preset, parse_overrides(args.set or []))
+    _quiet_hub_bars()
 
     def announce(messages: int, seconds: float) -> None:
         print(f"influence: {messages} replayed messages, about {seconds:.0f} s at the evaluation's own pace",
@@ -224,12 +355,14 @@ def _turns(text: str) -> list[int]:
 
 
 def cmd_recipe(args) -> int:
+    cfg = _config(args)
+    out = check_output(args.out or f"runs/{Path(args.preset).stem}", "recipe")
+    with _checking(out):
+        _problems(cfg, out)  # built into out/data once; the recipe reads them there
+        _preflight(cfg)
     from talktosolve.recipe import run_recipe
     from talktosolve.report import terminal_summary
 
-    cfg = _config(args, data={"gsm8k": args.gsm8k})
-    out = check_output(args.out or f"runs/{Path(args.preset).stem}", "recipe")
-    _preflight(cfg)
     results = run_recipe(cfg, out, preset=args.preset, progress=not args.quiet,
                          loggers_for=(lambda name: _loggers(args, out / "runs" / name)) if args.log else None)
     print(terminal_summary(results))
@@ -252,6 +385,7 @@ def cmd_diagnose(args) -> int:
 def cmd_micro_base(args) -> int:
     from talktosolve.micro.base import micro_base_path, pretrain
 
+    _quiet_hub_bars()
     if args.out:
         path = pretrain(Path(args.out), seed=args.seed)
     else:
@@ -274,27 +408,35 @@ def _f(x) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="talktosolve", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("data", help="build split-fact GSM8K problems (train.jsonl, test.jsonl, eligibility)")
     p.add_argument("--gsm8k", type=_checked(check_source, built=False),
                    help="GSM8K folder holding train/test .jsonl or .parquet (default: the Hub)")
     p.add_argument("--out", required=True, type=_checked(check_output, kind="data"), help="output folder")
-    p.add_argument("--n-train", type=_whole(0), default=1024)
-    p.add_argument("--n-test", type=_whole(0), default=300)
-    p.add_argument("--seed", type=_SEED, default=0, help="seed that chooses the problems")
+    p.add_argument("--n-train", type=_whole(0), default=1024,
+                   help="training problems to draw from the train split (default: %(default)s)")
+    p.add_argument("--n-test", type=_whole(0), default=300,
+                   help="held-out problems to draw from the test split (default: %(default)s)")
+    p.add_argument("--seed", type=_SEED, default=0, help="seed that chooses the problems (default: %(default)s)")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row instead of skipping it")
     p.set_defaults(fn=cmd_data)
 
     p = sub.add_parser("train", help="train one arm and seed into a run folder (resumes if it exists)")
-    _common(p, "paper")
-    p.add_argument("--arm", choices=list(ARMS), required=True)
-    p.add_argument("--seed", type=_SEED, default=0)
+    _common(p)
+    p.add_argument("--arm", choices=list(ARMS), required=True,
+                   help="what each seat is dealt and shown: chat (messages delivered), cut (each message replaced "
+                        "by `(no message)`), full (every seat holds every fact)")
+    p.add_argument("--seed", type=_SEED, default=0,
+                   help="training seed: which problems each step plays and the sampler's random numbers "
+                        "(default: %(default)s)")
     p.add_argument("--out", required=True, type=_checked(check_output, kind="run"), help="run folder")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a team (who plays each seat) on held-out problems")
-    _common(p, "paper")
+    _common(p, log=False)  # an evaluation writes a summary, not metrics over steps
     p.add_argument("--a", type=_checked(check_player),
                    help="seat A: a run folder or adapter folder (default: the untrained base)")
     p.add_argument("--b", type=_checked(check_player),
@@ -305,7 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--role", action="append", metavar="SEAT=ROLE", type=_seat_role,
                    help="for a run with per-role weights (model.adapters=per_role): the seat whose weights play "
                         "SEAT, e.g. --role A=B --role B=A (a role swap; repeatable; default: each seat its own)")
-    p.add_argument("--arm", choices=list(ARMS), default="chat")
+    p.add_argument("--arm", choices=list(ARMS), default="chat",
+                   help="the arm the team plays in: chat, cut or full (default: %(default)s)")
     p.add_argument("--out", required=True, type=_checked(check_output, kind="eval"), help="output folder")
     p.set_defaults(fn=cmd_eval)
 
@@ -327,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_influence)
 
     p = sub.add_parser("recipe", help="the whole recipe: arms x seeds, evals, cross-play, comparisons, report")
-    _common(p, "micro")
+    _common(p)
     p.add_argument("--out", type=_checked(check_output, kind="recipe"), help="output folder (default: runs/PRESET)")
     p.set_defaults(fn=cmd_recipe)
 
@@ -340,30 +483,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("micro-base", help="pretrain (or locate) the micro world's base model")
     p.add_argument("--out", type=_checked(check_output, kind="model"),
                    help="pretrain into this folder instead of the user cache")
-    p.add_argument("--seed", type=_SEED, default=0)
+    p.add_argument("--seed", type=_SEED, default=0, help="seed of the pretraining (default: %(default)s)")
     p.add_argument("--rebuild", action="store_true", help="pretrain again even if a cached or shipped one exists")
     p.set_defaults(fn=cmd_micro_base)
     return parser
 
 
-def user_errors() -> tuple[type[Exception], ...]:
-    """The exceptions that mean the user's input cannot be used (each module's own), as opposed to a bug."""
-    from talktosolve.data import DataError
-    from talktosolve.evaluate import EvaluationError
-    from talktosolve.influence import InfluenceError
-    from talktosolve.policy import ModelError
-    from talktosolve.tracking import TrackingError
-    from talktosolve.train import TrainingError
+_USER_ERRORS = {"talktosolve.data": "DataError", "talktosolve.policy": "ModelError",
+                 "talktosolve.train": "TrainingError", "talktosolve.tracking": "TrackingError",
+                 "talktosolve.influence": "InfluenceError", "talktosolve.evaluate": "EvaluationError"}
 
-    return (UsageError, FolderError, ConfigError, DataError, ModelError, TrainingError, TrackingError,
-            InfluenceError, EvaluationError)
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions that mean the user's input cannot be used (each module's own), as opposed to a bug.
+
+    Only modules already imported are asked: one not imported cannot have raised its error, and importing them
+    all here would load torch for every `--help`."""
+    loaded = tuple(getattr(sys.modules[module], name) for module, name in _USER_ERRORS.items()
+                   if module in sys.modules)
+    return (UsageError, FolderError, ConfigError, *loaded)
 
 
 def main(argv: list[str] | None = None) -> int:
-    # transformers draws a bar for every weight load and save; ours (per run and evaluation) say more.
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
     try:
         args = build_parser().parse_args(argv)
         return args.fn(args)

@@ -130,6 +130,19 @@ def check_diagnosable(path: str | Path) -> Path:
     return path
 
 
+def holds_roles(path: str | Path) -> bool:
+    """Whether a player folder (a run, or its final/) holds one set of trained weights per seat
+    (`model.adapters=per_role`, in `final/{seat}/`): the only weights whose roles `--role` can swap."""
+    path = Path(path)
+    weights = path / "final" if (path / "final").is_dir() else path
+
+    def holds(folder: Path) -> bool:
+        return any((folder / name).is_file() for name in ("adapter_config.json", "talktosolve_full.json",
+                                                          "model.safetensors"))
+
+    return weights.is_dir() and not holds(weights) and any(holds(d) for d in weights.iterdir() if d.is_dir())
+
+
 def check_source(path: str | Path, *, built: bool) -> Path:
     """A GSM8K source: a .jsonl/.parquet file or a folder of them; `built` also accepts problems written by
     `talktosolve data`. The files inside are checked where they are read (`talktosolve.data`)."""
