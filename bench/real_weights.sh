@@ -8,11 +8,12 @@
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
 #   bash bench/real_weights.sh pack DEST [all]        # results, report, plots, logs (no weights) as one tar
 #
-# The run is `talktosolve recipe --preset paper` with the model and GSM8K folder below and six runs per process.
+# The run is `talktosolve recipe --preset $PRESET` (default paper) with the model and GSM8K folder below and six runs per process.
 # Run again after an interruption, `start` resumes the same folder (the recipe is resumable step by step).
 set -euo pipefail
 WORK=${WORK:-/tmp/real}
 RUN=${RUN:-$WORK/paper}
+PRESET=${PRESET:-paper}
 GSM8K=${GSM8K:-.gpu/gsm8k}
 mkdir -p "$WORK"
 
@@ -29,7 +30,7 @@ start)
         rm -f "$WORK"/piece.* "$WORK/tied.gguf"
     fi
     [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
-    setsid nohup python3 -m talktosolve.cli recipe --preset paper --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
+    setsid nohup python3 -m talktosolve.cli recipe --preset "$PRESET" --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
         --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
         >>"$WORK/recipe.log" 2>&1 < /dev/null &
     echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"

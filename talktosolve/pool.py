@@ -43,8 +43,11 @@ def keep(problems: list, counts: dict[str, int], lo: int, hi: int = 0) -> list:
 
 
 def pool_config(cfg: Config, n_problems: int) -> Config:
-    """The pre-pass as an evaluation's config: every training problem, `pool_chats` chats each."""
+    """The pre-pass as an evaluation's config: every training problem, `pool_chats` chats each, as many chats a
+    pass as the recipe's evaluations play together (`eval.batch_chats` x `eval.batch_evals`: the memory the user
+    gave them)."""
     evaluation = dataclasses.replace(cfg.eval, n_problems=n_problems, chats_per_problem=cfg.train.pool_chats,
+                                     batch_chats=cfg.eval.batch_chats * cfg.eval.batch_evals, batch_evals=1,
                                      influence=False, cross_seed=False)
     return dataclasses.replace(cfg, eval=evaluation)
 

@@ -5,6 +5,7 @@ the paired comparison, `results.json` and the report.
       config.json                 the config of the recipe (every field)
       data/                       built problems (GSM8K) and their eligibility
       runs/{arm}-s{seed}/         one training run each (see talktosolve.train)
+      pool/{arm}/                 with train.pool_chats: the untrained team on the training set (`pool.py`)
       evals/{name}/               chats.jsonl + summary.json per evaluation (see talktosolve.evaluate)
       results.json                every figure and check, computed from the folders above
       report.md, report.html, plots/
@@ -175,7 +176,7 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
             runs = [(line, seed) for line in group_lines for seed in cfg.seeds]
             for group in (runs[i:i + k] for i in range(0, len(runs), k)):
                 train_runs(group[0][0].cfg, [(line.arm, s, out / "runs" / run_name(line.name, s)) for line, s in group],
-                           train_set, progress=progress,
+                           train_set, progress=progress, pool_dir=out / "pool",
                            loggers=[loggers_for(run_name(line.name, s)) if loggers_for else () for line, s in group])
     specs = recipe_evals(cfg, protocol)
     evals: dict[EvalSpec, dict] = {}
@@ -187,7 +188,8 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
         for seed in cfg.seeds:
             name = run_name(line.name, seed)
             loggers = loggers_for(name) if loggers_for else ()
-            train(line.cfg, line.arm, seed, out / "runs" / name, train_set, progress=progress, loggers=loggers)
+            train(line.cfg, line.arm, seed, out / "runs" / name, train_set, progress=progress, loggers=loggers,
+                  pool_dir=out / "pool")
             trained.add(name)
             # Each evaluation as soon as every run it seats is trained.
             for spec in specs:
