@@ -8,10 +8,16 @@
                             a process add shared_runs, and each is charged its share of the common sampling)
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages (and, when
                             training with partners, `partner_seat`: the seat the frozen partner played, or null,
-                            and with a snapshot partner `partner_step`: the step whose weights it held)
+                            and with a snapshot partner `partner_step`: the step whose weights it held; with
+                            informative groups, `draw`: the batch of the step it was drawn in, and `trained`)
       checkpoints/step-N/   trainable weights, optimizer state (safetensors) and state.json
       final/                the trained adapter (PEFT format) or full weights, safetensors
       done.json             written last: the run finished, and which config produced it
+
+With informative groups (`train.dynamic_sampling`) metrics.jsonl's `train/reward` and `talk/` figures are those
+of the step's first batch (the problems a step without the option would have drawn), and `train/draws`,
+`train/groups_drawn`, `train/informative_share` and `train/reward_trained` say what the step drew and learned
+from (`informative.py`); with a KL penalty, `loss/kl` is the k3 estimate per generated token.
 
 All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
 needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
