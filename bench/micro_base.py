@@ -37,8 +37,8 @@ from talktosolve.arms import ARMS  # noqa: E402
 from talktosolve.chat import Seat, render_view, view  # noqa: E402
 from talktosolve.engine import Engine  # noqa: E402
 from talktosolve.grading import extract_answer, grade_many, numeric_value  # noqa: E402
-from talktosolve.micro import script  # noqa: E402
-from talktosolve.micro.base import base_recipe, load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
+from talktosolve.micro import base_recipe, script  # noqa: E402
+from talktosolve.micro.base import load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
 from talktosolve.micro.prompts import micro_chat_config  # noqa: E402
 from talktosolve.micro.task import answer_from_facts, make_problems  # noqa: E402
 from talktosolve.micro.teams import corpus_protocol  # noqa: E402

@@ -11,10 +11,33 @@ The public API (stable names; the CLI is built on them):
 - `Protocol` (seats, turn order, limits, finals) and `ARMS` (`chat`, `cut`, `full`): the team's shape as data.
 
 Heavier pieces (training, evaluation, the recipe) import torch and live in their modules.
+
+The modules stand on floors, low to high. A module imports only from its own floor or a lower one, and no
+imports go round in a circle (`tests/test_layers.py` checks both, module-level and function-level imports
+alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talktosolve` this file.
+
+    rules:     arms protocol numbers magnitude grading split talk reward stats config chat data influence
+               diagnose crossplay results partners informative prefixes store folders pages tracking distributed
+    worlds:    tasks micro.task micro.prompts micro.script micro.tokenizer
+    kernels:   decode_attention decode_sampling fast_layers prefill_attention learn_packing
+    model:     policy checkpoint
+    bases:     micro micro.base micro.teams smollm2 talktosolve
+    sampling:  engine fast_engine rollout
+    play:      evaluate frozen replay
+    learning:  grpo pool train
+    recipe:    recipe report plots
+    entry:     cli __main__
+
+`rules` are pure records and functions (no torch); `worlds` the problems a config names; `kernels` the
+attention, sampling and packing math the sampler and the learner share; `model` loading, fine-tuning and saving
+weights; `bases` the built-in models, which plug into model loading (`policy.register_builtin`) when this
+package is imported; `sampling` plays chats turn by turn; `play` evaluates teams and holds frozen partners;
+`learning` the GRPO update and the loop; `recipe` the whole recipe and its report; `entry` the command line.
 """
 
 __version__ = "0.2.0"
 
+from talktosolve import micro  # noqa: F401  (registers the micro bases with model loading: `micro/__init__.py`)
 from talktosolve.arms import ARMS, Arm
 from talktosolve.grading import grade_answer
 from talktosolve.protocol import Protocol

@@ -5,7 +5,7 @@ An arm is a record of two rules, and nothing else differs between arms:
 * `deal`: `split` deals a problem's facts round-robin (seat k of N gets facts k, k+N, k+2N, ...; the question
   goes to every seat), `all` gives every seat every fact.
 * `shows(reader, writer, turn)`: whether the reader sees the text of the writer's message at that turn. Where it
-  does not, the reader's view shows the literal `(no message)` in its place (`chat.NO_MESSAGE`), so the view's
+  does not, the reader's view shows the literal `(no message)` in its place (`NO_MESSAGE`), so the view's
   shape is the same in every arm. A seat always sees its own messages.
 
 The three arms of the recipe:
@@ -16,7 +16,8 @@ The three arms of the recipe:
 | `cut`  | `split` | no message ever delivered   | the same team with the channel cut: the no-talk control  |
 | `full` | `all`   | every message delivered     | every seat holds every fact: the upper bound talk can reach |
 
-`Arm.hiding(turns)` is the same arm with some turns' messages hidden from every reader (a message ablation).
+`Arm.hiding(turns)` is the same arm with some turns' messages hidden from every reader (a message ablation);
+`ABLATIONS` names what an influence replay can show a listener in place of a message (`influence`).
 Arms are identified by this record; `ARMS` maps the config's names to them.
 
 Pure Python, no torch.
@@ -27,6 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 DEALS = ("split", "all")
+
+NO_MESSAGE = "(no message)"
+"""What a seat sees wherever its arm hides a partner's words."""
+
+ABLATIONS = ("remove", "replace", "renumber")
+"""The message ablations of an influence replay, in the order figures are reported: the listeners are shown
+`NO_MESSAGE`, another problem's message, or the message with its own-only numbers changed (`influence`)."""
 
 
 @dataclass(frozen=True)

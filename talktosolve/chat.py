@@ -23,12 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from talktosolve.arms import Arm
+from talktosolve.arms import NO_MESSAGE, Arm
 from talktosolve.config import ChatConfig
 from talktosolve.protocol import Protocol, partners_text
-
-NO_MESSAGE = "(no message)"
-"""What a seat sees wherever its arm hides a partner's words."""
 
 
 @dataclass

@@ -163,13 +163,13 @@ def _reach_hub(name: str) -> None:
     lines. A copy in the cache is then used offline; without one, a ModelError says what to do."""
     import os
 
-    if Path(name).expanduser().exists() or name.endswith(".gguf") or not _HUB_ID.fullmatch(name) or name in (
-            "micro", "micro-teams"):
+    from talktosolve.policy import BUILTIN_MODELS, ModelError
+
+    if (Path(name).expanduser().exists() or name.endswith(".gguf") or not _HUB_ID.fullmatch(name)
+            or name in BUILTIN_MODELS):
         return
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
-
-    from talktosolve.policy import ModelError
 
     if constants.HF_HUB_OFFLINE:  # the cache alone is read, at once
         return

@@ -458,7 +458,7 @@ def validate(cfg: Config) -> None:
         problems.append(f"chat.engine is `{c.engine}`; use auto, fast or portable.")
     if cfg.data.task not in ("gsm8k", "micro"):
         problems.append(f"data.task is `{cfg.data.task}`; use `gsm8k` or `micro`.")
-    from talktosolve.arms import ARMS
+    from talktosolve.arms import ABLATIONS, ARMS
     from talktosolve.protocol import ProtocolError, protocol_of
 
     for arm in cfg.arms:
@@ -488,12 +488,10 @@ def validate(cfg: Config) -> None:
     if cfg.eval.influence_problems < 2:
         problems.append(f"eval.influence_problems is {cfg.eval.influence_problems}; an interval over problems "
                         "needs at least 2.")
-    from talktosolve.influence import KINDS
-
-    bad = [k for k in cfg.eval.influence_kinds if k not in KINDS]
+    bad = [k for k in cfg.eval.influence_kinds if k not in ABLATIONS]
     if bad or not cfg.eval.influence_kinds or len(set(cfg.eval.influence_kinds)) != len(cfg.eval.influence_kinds):
         problems.append(f"eval.influence_kinds is {list(cfg.eval.influence_kinds)}; give one or more of "
-                        f"{', '.join(KINDS)}, each once.")
+                        f"{', '.join(ABLATIONS)}, each once.")
     if cfg.parallel_runs < 1:
         problems.append(f"parallel_runs is {cfg.parallel_runs}; it must be at least 1.")
     if t.runs_per_process < 1:

@@ -25,7 +25,8 @@ from pathlib import Path
 from talktosolve.arms import ARMS
 from talktosolve.config import Config, ConfigError, config_key
 from talktosolve.fast_engine import make_engine, slot_mode_fits
-from talktosolve.policy import load_player_model, load_tokenizer, resolve_device, stop_ids, trained_weights
+from talktosolve.policy import (adapter_shape, load_player_model, load_tokenizer, resolve_device, stop_ids,
+                                trained_weights, weights_key)
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve import reward
 from talktosolve.rollout import Player, play_chats
@@ -78,19 +79,6 @@ def eval_key(cfg: Config, arm: str, seats: dict[str, str | None], roles: dict[st
     return config_key({"model": model, "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
                        "seats": {seat: weights_key(path, (roles or {}).get(seat, seat))
                                  for seat, path in seats.items()}})
-
-
-def weights_key(path: str | None, role: str | None = None) -> str | None:
-    """A player's identity: the base (None), or the config key of the run whose weights it is (with the role it
-    plays, when given, for a run with per-role weights), else the weights folder's resolved path; so a moved
-    folder of the same run is the same player."""
-    if path is None:
-        return None
-    done = Path(path).expanduser() / "done.json"
-    if not done.exists():
-        return str(Path(path).expanduser().resolve())
-    record = read_json(done)
-    return f"{record['key']} {role}" if "roles" in record and role is not None else record["key"]
 
 
 def is_current(out_dir: Path, key: str) -> bool:
@@ -327,16 +315,6 @@ def _weights(group: list[_Seated]) -> tuple[list[dict], list[Path]]:
     seated = [{seat: None if path is None else trained_weights(path, s.roles.get(seat, seat))
                for seat, path in s.seats.items()} for s in group]
     return seated, list(dict.fromkeys(w for lineup in seated for w in lineup.values() if w is not None))
-
-
-def adapter_shape(weights: Path) -> tuple | None:
-    """What a slot holds: rank, alpha and target modules of a LoRA adapter folder; None for other weights."""
-    config = Path(weights) / "adapter_config.json"
-    if not config.is_file():
-        return None
-    c = read_json(config)
-    targets = c.get("target_modules")
-    return c.get("r"), c.get("lora_alpha"), tuple(sorted(targets)) if isinstance(targets, list) else targets
 
 
 def batches(cfg: Config, problems: list) -> list[tuple[list, int]]:

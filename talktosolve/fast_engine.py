@@ -469,9 +469,7 @@ class StaticEngine:
                     j is not None and not 0 <= j < self.slots for j in adapters):
                 raise ValueError(f"this engine holds {self.slots} adapters: pass adapters= (one slot in 0.."
                                  f"{self.slots - 1} or None per prompt) or slots=n with the prompts in n equal blocks")
-        from talktosolve.grpo import attention_kernels
-
-        with attention_kernels():
+        with prefill_attention.attention_kernels():
             return self._generate(prompts, max_new_tokens, generator, capacity, session, adapters)
 
     def _generate(self, prompts, max_new_tokens, generator, capacity, session=None, adapters=None):

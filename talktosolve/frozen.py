@@ -26,9 +26,8 @@ from contextlib import contextmanager
 
 import torch
 
-from talktosolve.evaluate import adapter_shape, weights_key
 from talktosolve.fast_engine import make_engine, slot_mode_fits
-from talktosolve.policy import load_base, load_player_model, stop_ids, trained_weights
+from talktosolve.policy import adapter_shape, load_base, load_player_model, stop_ids, trained_weights, weights_key
 from talktosolve.rollout import Player
 
 
@@ -208,5 +207,5 @@ class FrozenPartner:
 
 def partner_key(partner: str) -> str:
     """What identifies a partner in a run's key: `base`, `snapshot`, or the folder's identity as an evaluation
-    names its players (`evaluate.weights_key`: the run's config key, else its resolved path)."""
+    names its players (`policy.weights_key`: the run's config key, else its resolved path)."""
     return partner if partner in ("base", "snapshot") else weights_key(partner)

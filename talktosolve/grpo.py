@@ -185,17 +185,6 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def attention_kernels():
-    """SDPA backends for training and sampling: flash / memory-efficient / math, not cuDNN.
-
-    cuDNN's attention builds an execution plan for every new sequence length, and RL batches bring a new length
-    nearly every micro-batch: measured on an H200, that tripled the learning phase.
-    """
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
 def _pad_right(rows: list, pad_id: int, device):
     """ids [B, T] and advantages [n] on `device`, and the trained-token mask [B, T] on the CPU (it only serves
     to find positions, which the host can do without waiting for the device); advantages are in row-major
@@ -420,7 +409,7 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
             row_tokens += sum(len(r.ids) for r in batch)
             # The backward pass stays inside the kernel choice: gradient checkpointing recomputes attention
             # there, and must pick the same kernel as the forward pass did.
-            with attention_kernels():
+            with prefill_attention.attention_kernels():
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=gpu):
                     if packs:
                         packed = learn_packing.pack(batch, device)

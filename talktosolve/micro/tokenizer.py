@@ -19,7 +19,7 @@ import re
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from talktosolve.chat import NO_MESSAGE
+from talktosolve.arms import NO_MESSAGE
 from talktosolve.micro import prompts, script, task
 
 PAD, UNK, SYSTEM, USER, ASSISTANT, END = "<|pad|>", "<|unk|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
