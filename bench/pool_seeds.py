@@ -112,7 +112,7 @@ def main() -> None:
     args.out.write_text(json.dumps(found, indent=2) + "\n")
     c = found["comparison"]
     print(f"chat - cut = {c['delta']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] (95%, {c['method']}; "
-          f"{c['n_seeds_chat']} vs {c['n_seeds_cut']} seeds, {c['n_problems']} problems)\nwrote {args.out}")
+          f"{c['n_seeds_a']} vs {c['n_seeds_b']} seeds, {c['n_problems']} problems)\nwrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,12 @@ def arm_named(name: str) -> Arm:
         raise ValueError(f"no arm `{name}`; arms are {', '.join(ARMS)}") from None
 
 
-def comparison_arms(text: str) -> tuple[str, str]:
-    """`chat-cut` -> (`chat`, `cut`): a comparison of the config, arm X minus arm Y."""
-    a, b = text.split("-")
-    return a, b
+def comparison_arms(name: str) -> tuple[str, ...]:
+    """`chat-cut` -> (`chat`, `cut`): a comparison (arm a minus arm b) from its name in presets, `--set` and
+    results.json's keys. A name without exactly one `-` gives a tuple of another length, which the config refuses."""
+    return tuple(name.split("-"))
+
+
+def comparison_name(pair: tuple[str, ...]) -> str:
+    """(`chat`, `cut`) -> `chat-cut`: the one spelling of a comparison's name (`comparison_arms` reads it back)."""
+    return "-".join(pair)

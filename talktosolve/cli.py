@@ -309,7 +309,7 @@ def cmd_compare(args) -> int:
                          "(evaluations of one config).")
     rep = paired_delta_report(chat, cut)
     print(f"chat - cut = {rep['delta']:+.3f} [{rep['lo']:+.3f}, {rep['hi']:+.3f}] (95%, {rep['method']}; "
-          f"{rep['n_seeds_chat']} vs {rep['n_seeds_cut']} seeds, {rep['n_problems']} problems)"
+          f"{rep['n_seeds_a']} vs {rep['n_seeds_b']} seeds, {rep['n_problems']} problems)"
           f"{' -- ' + rep['warning'] if rep.get('warning') else ''}")
     if args.json:
         print(json.dumps(rep, indent=2))

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from talktosolve.arms import comparison_arms, comparison_name
+
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
@@ -272,9 +274,10 @@ class Config:
     arms: tuple[str, ...] = ("chat", "cut")
     """Arms of the recipe (`talktosolve.arms`): `chat` delivers messages, `cut` shows `(no message)` instead,
     `full` deals every fact to every seat and delivers messages."""
-    comparisons: tuple[str, ...] = ("chat-cut",)
-    """Paired deltas the recipe reports, each `X-Y` (arm X minus arm Y, over the same held-out problems, with
-    the problem+seed interval); one whose arms were not both run is skipped."""
+    comparisons: tuple[tuple[str, str], ...] = (("chat", "cut"),)
+    """Paired deltas the recipe reports, each a pair (a, b): arm a minus arm b, over the same held-out problems,
+    with the problem+seed interval; one whose arms were not both run is skipped. Named `a-b` in presets, in
+    `--set comparisons=chat-cut,full-chat`, in config.json and in results.json (`arms.comparison_name`)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds of each arm."""
     variant: VariantConfig = field(default_factory=VariantConfig)
@@ -288,7 +291,9 @@ class Config:
     """torch threads on CPU (0 keeps torch's default)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["comparisons"] = tuple(comparison_name(pair) for pair in self.comparisons)  # as presets name them
+        return d
 
 
 class ConfigError(ValueError):
@@ -339,6 +344,11 @@ def _typed(value: Any, kind: type, where: str, optional: bool = False) -> Any:
     """`value` checked against the field's type: a preset's `"lr": "abc"` must fail here, not deep in a run."""
     if value is None and optional:
         return None
+    if kind is tuple:  # a comparison: its name `X-Y`, or the pair itself
+        pair = comparison_arms(value) if isinstance(value, str) else value
+        if isinstance(pair, (list, tuple)) and all(isinstance(arm, str) for arm in pair):
+            return tuple(pair)
+        raise ConfigError(f"{where} must be a comparison such as chat-cut, got {value!r}.")
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
@@ -376,6 +386,8 @@ def _coerce(text: str, default: Any, spec: dataclasses.Field) -> Any:
 
 
 def _parse(text: str, kind: type) -> Any:
+    if kind is tuple:  # a comparison, `X-Y`
+        return comparison_arms(text)
     try:
         return kind(text)
     except ValueError:
@@ -466,10 +478,9 @@ def validate(cfg: Config) -> None:
             problems.append(f"arms holds `{arm}`; arms are {', '.join(ARMS)}.")
     if len(set(cfg.arms)) != len(cfg.arms):
         problems.append(f"arms holds an arm twice: {list(cfg.arms)}.")
-    for comparison in cfg.comparisons:
-        pair = comparison.split("-")
+    for pair in cfg.comparisons:
         if len(pair) != 2 or not all(a in ARMS for a in pair) or pair[0] == pair[1]:
-            problems.append(f"comparisons holds `{comparison}`; write X-Y with two different arms of "
+            problems.append(f"comparisons holds `{comparison_name(pair)}`; write X-Y with two different arms of "
                             f"{', '.join(ARMS)} (e.g. chat-cut).")
     try:
         protocol_of(c)

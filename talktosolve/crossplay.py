@@ -23,13 +23,6 @@ SIDES = ("team", "cross", "cross_others", "both_sides")
 """The figures a variant is compared on (`against_arm`)."""
 
 
-def delta_entry(a, b) -> dict:
-    """`stats.paired_delta_report` of a - b ([seeds, problems] each), its seed counts named `n_seeds_a`/`_b`."""
-    rep = paired_delta_report(a, b)
-    rep["n_seeds_a"], rep["n_seeds_b"] = rep.pop("n_seeds_chat"), rep.pop("n_seeds_cut")
-    return rep
-
-
 def cross_seed_matrix(runs: list[str], scores) -> dict:
     """`scores(i, j)`: per-problem scores of run i in the first seat with run j in the others (i == j: the
     trained team). At least 2 runs."""
@@ -42,7 +35,7 @@ def cross_seed_matrix(runs: list[str], scores) -> dict:
             "accuracy": [[c[0] for c in row] for row in cells],
             "lo": [[c[1] for c in row] for row in cells],
             "hi": [[c[2] for c in row] for row in cells],
-            "self_minus_cross": delta_entry(own, met)}
+            "self_minus_cross": paired_delta_report(own, met)}
 
 
 def against_arm(variant: dict[str, np.ndarray], arm: dict[str, np.ndarray]) -> dict:
@@ -52,4 +45,4 @@ def against_arm(variant: dict[str, np.ndarray], arm: dict[str, np.ndarray]) -> d
         return {**x, "both_sides": (np.asarray(x["cross"]) + np.asarray(x["cross_others"])) / 2}
 
     v, a = sides(variant), sides(arm)
-    return {side: delta_entry(v[side], a[side]) for side in SIDES}
+    return {side: paired_delta_report(v[side], a[side]) for side in SIDES}

@@ -40,23 +40,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from talktosolve import __version__
-from talktosolve.arms import ARMS, comparison_arms
+from talktosolve.arms import ARMS, comparison_name
 from talktosolve.chat import Seat, view
 from talktosolve.config import Config
-from talktosolve.crossplay import against_arm, cross_seed_matrix, delta_entry
+from talktosolve.crossplay import against_arm, cross_seed_matrix
 from talktosolve.evaluate import Team, evaluate_teams
 from talktosolve.influence import includes_zero
 from talktosolve.stats import mean_ci, paired_delta_report, run_delta_report
 from talktosolve.store import read_jsonl, write_json
 from talktosolve.protocol import Protocol, protocol_of, swapped_roles
-from talktosolve.results import eval_kind, seed_checks
+from talktosolve.results import eval_kind, run_name, seed_checks
 from talktosolve.tasks import load_problems, split_checks
 from talktosolve.train import train, train_runs
-
-
-def run_name(arm: str, seed: int) -> str:
-    """A training run's folder and display name (`chat-s0`); results refer to a run by it."""
-    return f"{arm}-s{seed}"
 
 
 @dataclass(frozen=True)
@@ -403,20 +398,14 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
         out = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
         if line.per_role:
             swapped = np.array([evals[EvalSpec(line.arm, (r,) * n, swap)]["scores"] for r in line.runs(seeds)])
-            out["role_swap"] = delta_entry(team, swapped)
+            out["role_swap"] = paired_delta_report(team, swapped)
         return out
 
     lines = trained_lines(cfg)
     arms = {line.name: summary(line) for line in lines if line.name in cfg.arms}
-    comparisons = {}
-    for text in cfg.comparisons:
-        a, b = comparison_arms(text)
-        if a in cfg.arms and b in cfg.arms:
-            rep = paired_delta_report(scores(a), scores(b))
-            rep["n_seeds_a"], rep["n_seeds_b"] = rep.pop("n_seeds_chat"), rep.pop("n_seeds_cut")
-            comparisons[text] = {"a": a, "b": b, **rep}
-        else:
-            comparisons[text] = None
+    # null where one of its arms was not run
+    comparisons = {comparison_name((a, b)): {"a": a, "b": b, **paired_delta_report(scores(a), scores(b))}
+                   if a in cfg.arms and b in cfg.arms else None for a, b in cfg.comparisons}
     checks = dict(split_checks(problems, protocol.seats))
     checks.pop("n_checked")
     files = [out / "evals" / spec.name / "chats.jsonl" for spec in evals]

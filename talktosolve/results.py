@@ -33,7 +33,7 @@ from talktosolve.arms import comparison_arms
 from talktosolve.protocol import swapped_roles
 
 __all__ = ["SCHEMA_PATH", "ResultsError", "validate_results", "load_schema", "format_path", "CUT_MARGIN",
-           "SEED_CHECKS", "above_zero", "near_or_below", "seed_checks", "check_interval"]
+           "SEED_CHECKS", "above_zero", "near_or_below", "seed_checks", "check_interval", "run_name"]
 
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
 
@@ -134,7 +134,7 @@ def _check_consistency(r: dict) -> None:
     if (variant is not None) != bool(r["config"].get("variant", {}).get("name")):
         _fail(("variant",), "must be present exactly when config.variant.name is set")
     lines = {a: a for a in arms} | ({variant["name"]: variant["arm"]} if variant else {})
-    runs = {f"{line}-s{s}": (a, s) for line, a in lines.items() for s in r["run"]["seeds"]}
+    runs = {run_name(line, s): (a, s) for line, a in lines.items() for s in r["run"]["seeds"]}
     _check_keys(r["runs"], set(runs), ("runs",), "training run")
     for name, (arm, seed) in runs.items():
         if (r["runs"][name]["arm"], r["runs"][name]["seed"]) != (arm, seed):
@@ -154,7 +154,7 @@ def _check_consistency(r: dict) -> None:
     want = {(a, ("base",) * n, None) for a in arms}
     swap = tuple(swapped_roles(seats).values())
     for line, a in lines.items():
-        for name in (f"{line}-s{s}" for s in r["run"]["seeds"]):
+        for name in (run_name(line, s) for s in r["run"]["seeds"]):
             want |= {(a, (name,) * n, None), (a, (name,) + ("base",) * (n - 1), None),
                      (a, ("base",) + (name,) * (n - 1), None)}
             if line_adapters(r, line) == "per_role":
@@ -165,7 +165,7 @@ def _check_consistency(r: dict) -> None:
     if cross_seed is not None:
         _check_keys(cross_seed, set(lines), ("cross_seed",), "line of runs")
         for line, a in lines.items():
-            mine = [f"{line}-s{s}" for s in r["run"]["seeds"]]
+            mine = [run_name(line, s) for s in r["run"]["seeds"]]
             if cross_seed[line]["runs"] != mine or cross_seed[line]["arm"] != a:
                 _fail(("cross_seed", line), f"must hold the runs {mine} of arm {a}, in seed order")
             want |= {(a, (x,) + (y,) * (n - 1), None) for x in mine for y in mine if x != y}
@@ -356,6 +356,12 @@ def find_evals(results: dict, arm: str, kind: str, run: str | None = None) -> li
     """Every (name, entry) of `kind` in `arm` (of `run`, for all but the base), in results.json's order."""
     return [(name, entry) for name, entry in results["evals"].items()
             if entry["arm"] == arm and eval_kind(entry) == (kind, run)]
+
+
+def run_name(line: str, seed: int) -> str:
+    """A training run's folder and display name (`chat-s0`: an arm's or the variant's name, and the seed); results
+    refer to a run by it."""
+    return f"{line}-s{seed}"
 
 
 def run_names(results: dict, arm: str) -> list[str]:

@@ -279,11 +279,12 @@ def _paired_arrays(chat, cut) -> tuple[np.ndarray, np.ndarray]:
 
 
 def paired_delta_report(chat, cut, *, seed: int = 0, level: float = 0.95) -> dict:
-    """The chat-vs-cut delta, its interval and how it was made.
+    """The chat-vs-cut delta (any arm a minus arm b), its interval and how it was made.
 
-    Keys: delta, lo, hi, method, se_problem, se_seed, se, df, level, n_seeds_chat, n_seeds_cut, n_problems,
-    excludes_zero, warning (None when both arms have >= 2 seeds). ``seed`` does not change the result (the
-    method is analytic; see the module docstring).
+    Keys: delta, lo, hi, method, se_problem, se_seed, se, df, level, n_problems, warning (None when both arms
+    have >= 2 seeds), excludes_zero, n_seeds_a, n_seeds_b (the seeds of the first and the second argument, as
+    results.json names a comparison's arms a and b). ``seed`` does not change the result (the method is
+    analytic; see the module docstring).
     """
     del seed  # analytic method; kept for the stable API
     level = _check_level(level)
@@ -291,9 +292,9 @@ def paired_delta_report(chat, cut, *, seed: int = 0, level: float = 0.95) -> dic
     r = _interval([(1.0, chat_arr, "chat"), (-1.0, cut_arr, "cut")], level, (-1.0, 1.0))
     out = {"delta": r.pop("estimate")}
     out.update(r)
-    out["n_seeds_chat"] = int(chat_arr.shape[0])
-    out["n_seeds_cut"] = int(cut_arr.shape[0])
     out["excludes_zero"] = bool(out["lo"] > 0.0 or out["hi"] < 0.0)
+    out["n_seeds_a"] = int(chat_arr.shape[0])
+    out["n_seeds_b"] = int(cut_arr.shape[0])
     return out
 
 
@@ -367,8 +368,8 @@ def run_delta_report(a, b, level: float = 0.95) -> dict:
     """One team against another, each evaluated once on the same problems: mean(a) - mean(b) of their
     per-problem scores (1-D, in [0, 1], same order) with the paired t interval over problems.
 
-    The keys of ``paired_delta_report`` with ``n_seeds_a``/``n_seeds_b`` (both 1) in place of the arm names'
-    counts, ``method`` ``"problem-only (one team each)"`` and no ``warning``: what is claimed is about these two
+    The keys of ``paired_delta_report``, with ``n_seeds_a``/``n_seeds_b`` both 1, ``method``
+    ``"problem-only (one team each)"`` and no ``warning``: what is claimed is about these two
     teams, not about what another training seed would give, so no seed spread is missing."""
     level = _check_level(level)
     a_arr = _as_scores("a", np.asarray(a, dtype=float).reshape(1, -1))

@@ -97,7 +97,6 @@ def make_results(protocol: dict = PAPER, arms=("chat", "cut"), comparisons=("cha
         a, b = text.split("-")
         if a in arms and b in arms:
             rep = paired_delta_report(np.array(scores[a]), np.array(scores[b]))
-            rep["n_seeds_a"], rep["n_seeds_b"] = rep.pop("n_seeds_chat"), rep.pop("n_seeds_cut")
             comps[text] = {"a": a, "b": b, **rep}
         else:
             comps[text] = None

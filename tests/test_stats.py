@@ -133,7 +133,7 @@ def test_matches_hand_written_formula():
     assert (r["delta"], r["lo"], r["hi"]) == pytest.approx(want[:3], abs=1e-12)
     assert r["df"] == pytest.approx(want[3], rel=1e-10)
     assert r["method"] == "problem+seed" and r["warning"] is None
-    assert r["n_seeds_chat"] == 3 and r["n_seeds_cut"] == 4 and r["n_problems"] == p
+    assert r["n_seeds_a"] == 3 and r["n_seeds_b"] == 4 and r["n_problems"] == p
     assert r["se_seed"] > r["se_problem"]  # the seeds differ by design
     # a wider level gives a wider interval, the estimate unchanged
     r99 = paired_delta_report(chat, cut, level=0.99)
