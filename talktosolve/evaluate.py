@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from talktosolve.arms import ARMS
-from talktosolve.config import Config, ConfigError, config_key
+from talktosolve.config import EVAL, Config, ConfigError, config_key, key_fields
 from talktosolve.fast_engine import make_engine, slot_mode_fits
 from talktosolve.policy import (adapter_shape, load_player_model, load_tokenizer, resolve_device, stop_ids,
                                 trained_weights, weights_key)
@@ -66,17 +66,12 @@ def says_what_to_lower(cfg: Config, what: str, teams: int = 1):
 
 
 def eval_key(cfg: Config, arm: str, seats: dict[str, str | None], roles: dict[str, str] | None = None) -> str:
-    """What determines an evaluation's chats (the influence replays' settings do not)."""
-    d = cfg.to_dict()
-    # Which evaluations the recipe makes (cross_seed) and the replays made of them (influence*) are not how one
-    # evaluation is made.
-    # How many evaluations share engine passes (batch_evals) changes which random numbers a chat draws, not
-    # what it is drawn from.
-    evaluation = {k: v for k, v in d["eval"].items()
-                  if not k.startswith("influence") and k not in ("cross_seed", "batch_evals")}
-    # How the runs were trained is in their keys; an evaluation's own model section is only the base's.
-    model = {k: v for k, v in d["model"].items() if k != "adapters"}
-    return config_key({"model": model, "data": d["data"], "chat": d["chat"], "eval": evaluation, "arm": arm,
+    """What determines an evaluation's chats: the config fields that declare themselves part of an evaluation's
+    key (`config.EVAL`: the model, data and chat sections and how the evaluation samples; not which evaluations
+    the recipe makes, nor the replays made of them, nor how many share engine passes, which changes which random
+    numbers a chat draws, not what it is drawn from), the arm, and who plays each seat (how the runs were
+    trained is in their keys: the model section is the base's)."""
+    return config_key({**key_fields(cfg, EVAL), "arm": arm,
                        "seats": {seat: weights_key(path, (roles or {}).get(seat, seat))
                                  for seat, path in seats.items()}})
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from talktosolve import checkpoint, distributed
-from talktosolve.config import Config, config_key
+from talktosolve.config import RUN, Config, config_key, key_fields
 from talktosolve.fast_engine import StaticEngine, make_engine
 from talktosolve.grpo import NonFiniteLoss, Sample, StepStats, group_advantages, grpo_update
 from talktosolve.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
@@ -69,34 +69,13 @@ class TrainingError(RuntimeError):
 
 
 def run_config(cfg: Config, arm: str, seed: int) -> dict:
-    """What determines a training run's outputs: the model, data, chat and train sections, the arm and seed.
-    `train.runs_per_process` counts only when above 1, `train.partners` only when above 0 (and with it
-    `train.partner` when not the base, `train.snapshot_every` for a snapshot partner) and `model.adapters` only
-    when per_role (so runs that do not use them keep the keys they had before these settings existed). A partner
-    run counts by its own key (`frozen.partner_key`), not its path."""
-    d = cfg.to_dict()
-    if d["train"]["runs_per_process"] == 1:
-        del d["train"]["runs_per_process"]
-    train = d["train"]
-    if train["partners"] == 0:
-        del train["partners"]
-    if "partners" not in train or train["partner"] == "base":
-        del train["partner"]
-    else:
-        train["partner"] = partner_key(train["partner"])
-    if train.get("partner") != "snapshot":
-        del train["snapshot_every"]
-    if d["model"]["adapters"] == "shared":
-        del d["model"]["adapters"]
-    # The learning options count only when on, so runs without them keep their keys.
-    if not train["dynamic_sampling"]:
-        del train["dynamic_sampling"], train["max_draws"]
-    if not train["pool_chats"]:
-        del train["pool_chats"], train["pool_min"], train["pool_max"]
-    if not train["kl_coef"]:
-        del train["kl_coef"]
-    return {"model": d["model"], "data": d["data"], "chat": d["chat"], "train": d["train"], "arm": arm,
-            "seed": seed}
+    """What determines a training run's outputs: the config fields that declare themselves part of a run's key
+    (`config.RUN`: the model, data, chat and train sections, each setting added since only when used), the arm and
+    the seed. A partner run counts by its own key (`frozen.partner_key`), not its path."""
+    d = key_fields(cfg, RUN)
+    if "partner" in d["train"]:
+        d["train"]["partner"] = partner_key(d["train"]["partner"])
+    return {**d, "arm": arm, "seed": seed}
 
 
 def is_done(run_dir: Path, cfg: Config, arm: str, seed: int) -> bool:

@@ -1,0 +1,97 @@
+"""The config's keys by declaration (every field says which keys it is part of, and the keys of finished runs and
+evaluations do not move) and comparisons as records."""
+
+import dataclasses
+
+import pytest
+
+from talktosolve.config import EVAL, RUN, Config, ConfigError, config_key, make_config, parse_overrides
+from talktosolve.evaluate import eval_key
+from talktosolve.train import run_config
+
+
+def _fields(section, where=""):
+    for f in dataclasses.fields(section):
+        yield f"{where}{f.name}", f
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _fields(value, f"{where}{f.name}.")
+
+
+def test_every_field_says_which_keys_it_is_part_of():
+    unclassified = [name for name, f in _fields(Config()) if "keys" not in f.metadata]
+    assert not unclassified, f"declare these fields' keys with config.setting: {unclassified}"
+    for name, f in _fields(Config()):
+        assert set(f.metadata["keys"]) <= {RUN, EVAL}, name
+        assert f.metadata["when"] is None or callable(f.metadata["when"]), name
+
+
+def test_a_field_counts_in_a_key_only_inside_a_section_that_does():
+    """A section's fields are in a key only when the section is: no field of `eval` in a run's key."""
+    for name, f in _fields(Config()):
+        section = name.rpartition(".")[0]
+        for key in f.metadata["keys"]:
+            while section:
+                assert key in dict(_fields(Config()))[section].metadata["keys"], f"{name} ({key}) in {section}"
+                section = section.rpartition(".")[0]
+
+
+# Computed by the code before the keys were declared (each module spelled its key's fields by hand): evaluations
+# and runs finished then stay finished.
+EVAL_KEYS = [
+    ("micro", "chat", {}, "f0aa14ea85d494ad"),
+    ("paper", "cut", {}, "1ad157696f8a179d"),
+    ("micro-3", "full", {}, "327af8c55df7d1f5"),
+    ("paper-steady", "chat", {}, "a5a529282cd527da"),
+    # what is left out: the adapters (the runs' keys hold them), which evaluations the recipe makes, the
+    # replays, how many evaluations share engine passes
+    ("micro", "chat", {"model": {"adapters": "per_role"}, "eval": {"batch_evals": 4, "cross_seed": True,
+                                                                    "influence": True, "influence_problems": 10}},
+     "f0aa14ea85d494ad"),
+]
+RUN_KEYS = [
+    ("paper", {}, "a0b775c57696410c"),
+    ("paper-steady", {}, "4f5742800eb46e22"),
+    ("micro-partners", {}, "6da9415a5c9a99c3"),
+    ("micro", {"train": {"partners": 0.5, "partner": "snapshot", "snapshot_every": 5}}, "c520e400c363979f"),
+    ("micro", {"train": {"partners": 0.5}}, "0d7107293772bdd2"),
+    ("micro", {"model": {"adapters": "per_role"}}, "c2d26a119b8fa910"),
+    ("micro", {"train": {"dynamic_sampling": True, "max_draws": 3, "kl_coef": 0.04, "pool_chats": 4, "pool_min": 1,
+                         "pool_max": 3}}, "a7389f32a6a50119"),
+    ("paper", {"train": {"runs_per_process": 6}}, "931fe7f1628c58ba"),
+]
+
+
+@pytest.mark.parametrize("preset, arm, over, key", EVAL_KEYS)
+def test_evaluation_keys_are_those_of_before(preset, arm, over, key):
+    cfg = make_config(preset, over)
+    assert eval_key(cfg, arm, {seat: None for seat in cfg.chat.seats}) == key
+
+
+@pytest.mark.parametrize("preset, over, key", RUN_KEYS)
+def test_run_keys_are_those_of_before(preset, over, key):
+    assert config_key(run_config(make_config(preset, over), "chat", 1)) == key
+
+
+def test_a_setting_added_later_counts_only_when_used():
+    plain = run_config(make_config("micro"), "chat", 0)
+    assert not {"runs_per_process", "partners", "partner", "snapshot_every", "dynamic_sampling", "max_draws",
+                "pool_chats", "pool_min", "pool_max", "kl_coef"} & set(plain["train"])
+    assert "adapters" not in plain["model"]
+    # a base partner is the default partner: only the share counts; a snapshot adds how often it is taken
+    base = run_config(make_config("micro", {"train": {"partners": 0.5}}), "chat", 0)["train"]
+    assert base["partners"] == 0.5 and "partner" not in base and "snapshot_every" not in base
+    snap = run_config(make_config("micro", {"train": {"partners": 0.5, "partner": "snapshot"}}), "chat", 0)["train"]
+    assert (snap["partner"], snap["snapshot_every"]) == ("snapshot", 20)
+
+
+def test_comparisons_are_pairs_named_x_y_in_presets_set_and_results():
+    cfg = make_config("micro-3")
+    assert cfg.comparisons == (("chat", "cut"), ("full", "chat"))
+    assert cfg.to_dict()["comparisons"] == ("chat-cut", "full-chat")  # config.json and results.json, as before
+    assert make_config("micro", parse_overrides(["comparisons=full-cut,chat-cut"])).comparisons == (
+        ("full", "cut"), ("chat", "cut"))
+    assert make_config("micro", {"comparisons": [["full", "cut"]]}).comparisons == (("full", "cut"),)
+    assert make_config(None, make_config("micro-3").to_dict()).comparisons == cfg.comparisons  # read back
+    with pytest.raises(ConfigError, match="must be a comparison such as chat-cut, got 3"):
+        make_config("micro", {"comparisons": [3]})
