@@ -61,6 +61,9 @@ On a GPU where FlashAttention's varlen kernel runs, a micro-batch's rows are pac
 its chats' rows) read that run once, and nothing is padded. Same log-probs (attention is causal, so a run's keys
 and values are the same in every row that begins with it), less compute; elsewhere rows are right-padded.
 
+pi is the distribution the sampler draws from: softmax(logits / T), T = `chat.temperature` (1 in every preset),
+so the update is on-policy at any temperature, and the KL penalty compares the two policies at the same T.
+
 Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
 through the output layer in chunks, so no [tokens x vocabulary] fp32 tensor ever lives for the whole batch. On a
 GPU, with the output layer frozen (LoRA), each chunk's input gradient is taken in the forward pass, where its
@@ -265,13 +268,16 @@ def _head_softmax(logits: torch.Tensor, targets: torch.Tensor):
     return _softmax_minus_onehot(logits, targets)
 
 
-def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module) -> torch.Tensor:
-    logits = head(hidden).float()  # [n, V]
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module,
+                    temperature: float = 1.0) -> torch.Tensor:
+    logits = head(hidden).float() / temperature  # [n, V]
     return torch.gather(logits.log_softmax(-1), 1, targets[:, None]).squeeze(1)  # [n]
 
 
-def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    """log pi(token) of every generated token, flattened in row-major order: [n_generated].
+def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 1024,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """log pi(token) of every generated token, flattened in row-major order: [n_generated]; pi is the sampler's
+    distribution, softmax(logits / temperature).
 
     `ids` are right-padded rows (see `_pad_right`: no attention mask is needed); `comp` [B, T] marks the
     trained tokens, best kept on the CPU: their positions are then found with no device synchronisation."""
@@ -285,29 +291,33 @@ def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 10
     # The token at flat position p is predicted from the hidden state at p - 1 (same row: column 0 is never trained).
     h = hidden.flatten(0, 1).index_select(0, where - 1)  # [n, H]
     targets = ids.flatten().index_select(0, where)  # [n]
-    return _chosen_logprobs(h, targets, head, chunk)
+    return _chosen_logprobs(h, targets, head, chunk, temperature)
 
 
-def packed_token_logprobs(model, packed, chunk: int = 1024) -> torch.Tensor:
+def packed_token_logprobs(model, packed, chunk: int = 1024, temperature: float = 1.0) -> torch.Tensor:
     """log pi(token) of every trained token of a packed micro-batch (`learn_packing.Packed`): [n], in its order."""
     base = base_model(model)
     backbone, head = base.get_decoder(), base.get_output_embeddings()
     with learn_packing.selected(base):
         hidden = backbone(input_ids=packed.ids[None], position_ids=packed.positions[None], use_cache=False,
                           packed=packed).last_hidden_state[0]  # [N, H]
-    return _chosen_logprobs(hidden.index_select(0, packed.predict), packed.targets, head, chunk)
+    return _chosen_logprobs(hidden.index_select(0, packed.predict), packed.targets, head, chunk, temperature)
 
 
-def _chosen_logprobs(h: torch.Tensor, targets: torch.Tensor, head, chunk: int) -> torch.Tensor:
-    """h [n, H]: the states that predict `targets` [n] -> their log-probs [n], through the output layer in chunks."""
+def _chosen_logprobs(h: torch.Tensor, targets: torch.Tensor, head, chunk: int,
+                     temperature: float = 1.0) -> torch.Tensor:
+    """h [n, H]: the states that predict `targets` [n] -> their log-probs [n] under softmax(logits / temperature),
+    through the output layer in chunks."""
     if torch.is_grad_enabled() and h.is_cuda and _frozen_linear(head):
-        return ChosenLogprobs.apply(h, head.weight, targets, chunk)
+        # No bias: logits / T = W (h / T), and the division's gradient flows back through h.
+        return ChosenLogprobs.apply(h / temperature if temperature != 1 else h, head.weight, targets, chunk)
     parts = []
     for i in range(0, h.shape[0], chunk):
         if torch.is_grad_enabled():
-            parts.append(checkpoint(_chunk_logprobs, h[i:i + chunk], targets[i:i + chunk], head, use_reentrant=False))
+            parts.append(checkpoint(_chunk_logprobs, h[i:i + chunk], targets[i:i + chunk], head, temperature,
+                                    use_reentrant=False))
         else:
-            parts.append(_chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head))
+            parts.append(_chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head, temperature))
     return torch.cat(parts) if parts else h.new_zeros(0)
 
 
@@ -374,7 +384,8 @@ class NonFiniteLoss(RuntimeError):
 
 def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_per_microbatch: int,
                 grad_clip: float, device, n_tokens: int | None = None, microbatch_tokens: int = 0,
-                messages_per_chat: int = 4, kl_coef: float = 0.0, reference=None) -> StepStats:
+                messages_per_chat: int = 4, kl_coef: float = 0.0, reference=None,
+                temperature: float = 1.0) -> StepStats:
     """One on-policy GRPO update over all `samples` of a step (gradient accumulated over micro-batches).
 
     Data-parallel: each rank passes its own samples and the step's global token count `n_tokens`; gradients
@@ -382,7 +393,8 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
 
     With `kl_coef` > 0 every sample is read (the penalty applies to zero-advantage messages too) and each
     micro-batch is also read, without gradient, by the reference: `reference` (a frozen model), or when None
-    the model itself with its adapter switched off (LoRA).
+    the model itself with its adapter switched off (LoRA). Log-probs are those of the distribution the sampler
+    drew from, softmax(logits / `temperature`), for the policy and the reference alike.
     """
     from talktosolve import distributed
 
@@ -415,11 +427,11 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
                         packed = learn_packing.pack(batch, device)
                         padded += len(packed)
                         adv = packed.advantages
-                        read = functools.partial(packed_token_logprobs, packed=packed)
+                        read = functools.partial(packed_token_logprobs, packed=packed, temperature=temperature)
                     else:
                         ids, comp, adv = _pad_right(batch, pad_id, device)
                         padded += ids.numel()
-                        read = functools.partial(token_logprobs, ids=ids, comp=comp)
+                        read = functools.partial(token_logprobs, ids=ids, comp=comp, temperature=temperature)
                     ref = _reference_logprobs(model, reference, read) if kl_coef > 0 else None  # [n]
                     logp = read(model)  # [n]
                 # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.

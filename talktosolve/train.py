@@ -361,7 +361,8 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                     for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
                         group["lr"] = learning_rate(t, step)
                     role_stats.append(_learn(role.model, role.optimizer, mine, t, tokenizer.pad_token_id, device,
-                                             protocol.n_turns, frozen_seats, role.seats, reference))
+                                             protocol.n_turns, frozen_seats, role.seats, reference,
+                                             cfg.chat.temperature))
                 stats = _combined([s for s in role_stats if s is not None])
                 if shared:
                     _swap_out(params, run)
@@ -425,7 +426,8 @@ def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ..
 
 
 def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
-           frozen: list[str | None] | None = None, seats=None, reference=None) -> StepStats | None:
+           frozen: list[str | None] | None = None, seats=None, reference=None,
+           temperature: float = 1.0) -> StepStats | None:
     """One GRPO update of one set of weights from one run's chats (grouped by problem): advantages, then the
     samples of the seats these weights play (`seats`; None: every seat). `frozen[i]`: the seat a frozen
     partner played in chat i (None: self-play); its messages are not trained. Only the trained messages count
@@ -445,7 +447,7 @@ def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_c
     return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
                        chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
                        microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat,
-                       kl_coef=t.kl_coef, reference=reference)
+                       kl_coef=t.kl_coef, reference=reference, temperature=temperature)
 
 
 def _combined(stats: list[StepStats]) -> StepStats:

@@ -309,3 +309,26 @@ def test_kl_penalty_under_lora_reads_the_reference_with_the_adapter_off(tiny_mod
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu", kl_coef=0.1)
     assert stats.kl > 0
+
+
+def test_the_learner_reads_the_samplers_distribution_at_its_temperature():
+    """The sampler draws from softmax(logits / T): the learner's log-probs, and so the update, are of that same
+    distribution (at T = 1 the plain log-softmax)."""
+    torch.manual_seed(0)
+    model = Toy()
+    s = Sample([1, 2, 3], [4, 5, 6], 1.0, 0)
+    from talktosolve.grpo import _pad_right
+
+    ids, comp, _ = _pad_right([s], 0, "cpu")
+    h = model.emb(torch.tensor([s.prompt_ids + s.completion_ids])).cumsum(1)
+    for t in (1.0, 0.5, 1.7):
+        want = (model.head(h)[0] / t).log_softmax(-1)
+        want = torch.stack([want[2 + i, tok] for i, tok in enumerate(s.completion_ids)])
+        torch.testing.assert_close(token_logprobs(model, ids, comp, temperature=t), want)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    grpo_update(model, opt, [s], pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu", temperature=1.7)
+    got = model.head.weight.grad.clone()
+    model.zero_grad()
+    want = (model.head(h)[0] / 1.7).log_softmax(-1)
+    (-sum(want[2 + i, tok] for i, tok in enumerate(s.completion_ids)) / 3).backward()
+    torch.testing.assert_close(got, model.head.weight.grad)
