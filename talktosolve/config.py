@@ -157,17 +157,16 @@ class TrainConfig:
     microbatch_tokens: int = setting(12288, RUN)
     """Micro-batches are filled up to this many tokens: packed tokens where the learner packs its rows (CUDA with
     FlashAttention: each shared run once, no padding; `learn_packing`), padded tokens (rows x width) elsewhere;
-    0 fills them by `chats_per_microbatch` instead. Memory is then bounded whatever the message lengths, and short messages
-    still make full-size micro-batches. In the paper-shape step on an H200 (bench/gpu_step.py), 12288 learned
-    in 1.42 s what two chats per micro-batch (the seed's setting) learned in 2.15 s, at a peak of 32.8 GB
-    against 22.6 (`bench/results/gpu_step-h200-2026-12-01-c.json`). A memory knob too: the update is the same."""
+    0 fills them by `chats_per_microbatch` instead. Memory is then bounded whatever the message lengths, and short
+    messages still make full-size micro-batches. A memory knob: the update is the same. Larger budgets keep a GPU
+    busier and learn faster than a few chats per micro-batch (the seed's setting) at a higher peak; lower it when
+    the learning phase runs out of memory (docs/performance.md#learning, #a-24-gb-card)."""
     release_sampler: bool = setting(False, RUN)
     """Free the sampler's KV pool, CUDA graphs and merged weights between sampling and learning, so that the
     learning phase can use their memory; the next step rebuilds them (a memory knob: the chats and the update
-    are the same). Runs sharing a process (`runs_per_process` > 1) always free the pool. At the paper preset on
-    an H200 it gave learning about 2.8 GB for 0.25 s of sampling a step; with microbatch_tokens=7168 and
-    eval.batch_chats=64 every phase peaked at 20.5 GB, a step 1.08x the default's
-    (`bench/results/gpu_memory-h200-2026-12-02.json`)."""
+    are the same). Runs sharing a process (`runs_per_process` > 1) always free the pool. Use it on a card too
+    small for the defaults: learning gains the sampler's memory, and sampling pays a little time a step to rebuild
+    it (docs/performance.md#a-24-gb-card)."""
     lr: float = setting(1e-4, RUN)
     """AdamW learning rate (constant after warm-up)."""
     warmup_steps: int = setting(0, RUN)
@@ -184,10 +183,10 @@ class TrainConfig:
     """The recipe trains up to this many (arm, seed) runs side by side in one process, over one frozen base
     (LoRA only): every step samples all their chats together, one decode step for all rows, each row read
     through its own run's adapter, then each run learns its own adapter with its own optimizer. Decode is
-    bound by reading the weights: on an H200 at the paper preset's maximum lengths, 6 runs took 17.3 s a step
-    against 4.35 s for one, at a peak of 36.3 GB (`bench/results/gpu_shared-h200-2026-12-01.json`). The runs
-    then share the sampler's random stream, so their chats differ from those of runs trained one at a time: the
-    setting is part of each run's key. 1: one run at a time."""
+    bound by reading the weights, so on one GPU several runs' steps cost far less than as many steps one at a
+    time (docs/performance.md#several-runs-in-one-process). The runs then share the sampler's random stream, so
+    their chats differ from those of runs trained one at a time: the setting is part of each run's key. 1: one
+    run at a time."""
     partners: float = setting(0.0, RUN, when=lambda t: t.partners != 0)
     """Partner-mixture training: the share of each step's problems (and so of its chats) in which one seat,
     drawn from (seed, step), is played by a frozen partner (`partner`) instead of the learner (`partners.py`);
@@ -235,9 +234,9 @@ class EvalConfig:
     chats_per_problem: int = setting(2, EVAL)
     """Chats per held-out problem; both copies are graded, so 2 chats give 4 answers."""
     batch_chats: int = setting(128, EVAL)
-    """Chats generated together (a memory knob: larger batches decode more tokens per weight read). At the paper
-    preset's maximum message lengths on an H200, 128 peaks at 29 GB in cross-play (two models, two engines);
-    300 is a fifth faster but peaks at 53 GB there (`bench/results/gpu_eval-h200-2026-12-01.json`)."""
+    """Chats generated together (a memory knob: larger batches decode more tokens per weight read, and hold more
+    KV cache). The default fits the paper preset's cross-play (two models, two engines) on a 48 GB card; with 80
+    GB or more, 300 saves about a fifth of evaluation time (docs/performance.md#evaluation)."""
     batch_evals: int = setting(1)
     """Evaluations sampled together, at most: with more than 1, the recipe plays up to this many evaluations of
     LoRA runs (and of the base) in the same engine passes, over one frozen base with each run's adapter in a slot
@@ -246,13 +245,9 @@ class EvalConfig:
     (under greedy decoding they are the same chats). A pass then holds up to this many x `batch_chats` chats;
     the evaluations are split into groups as equal as this allows (20 at 6: four of 5), which share one engine.
     1: one evaluation at a time, each with its own engines. Full fine-tuning always evaluates one at a time.
-    On an H200 at the paper preset's maximum lengths the recipe's 20 evaluations took 432.5 s at 6 against
-    557.9 s at 1, at a peak of 119.2 GB against 29.4 (`bench/results/gpu_evals_together-h200-2026-12-02-a.json`):
-    past 128 chats a pass, decode is no longer bound by reading the weights, so batching gains little. Since
-    prefill is packed, 6 at a time took 350.2 s at a peak of 66.3 GB
-    (`bench/results/gpu_evals_together-h200-2026-12-02-b.json`; 1 was not timed again), and with groups as equal
-    as this allows, one engine shared by the groups and sampling in a kernel, 303.4 s at 60.4 GB
-    (`bench/results/gpu_evals_together-h200-2026-12-02.json`)."""
+    Worth it with memory to spare (80 GB and up): past 128 chats a pass, decode is no longer bound by reading the
+    weights, so playing 6 together saves about a fifth of the evaluation stage at about twice the peak memory
+    (docs/performance.md#evaluation)."""
     seed: int = setting(1234, EVAL)
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
     influence: bool = setting(False)

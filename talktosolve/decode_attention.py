@@ -3,9 +3,8 @@
 The decode step's attention, for each row b and KV head h, is softmax(q K^T / sqrt(D)) V over the cache columns
 that hold tokens, for the G query heads that share that KV head. Written as two batched matmuls and a masked
 softmax (`fast_engine`'s portable path), it is three kernels that read all L columns of a graph's static cache,
-filled or not (a graph serves a whole turn, sized for its longest row at its last token); on an H200 at batch 32
-over 1,280 columns they were a quarter of a decode step. PyTorch's SDPA kernels were slower still at one query
-row; FlexAttention's decoding kernel wants a block mask built on the host for each step, which a CUDA graph
+filled or not (a graph serves a whole turn, sized for its longest row at its last token), a large share of a
+decode step. PyTorch's SDPA kernels were slower still at one query row; FlexAttention's decoding kernel wants a block mask built on the host for each step, which a CUDA graph
 cannot hold. Hence this kernel, written by hand:
 
 - `_partial`: grid (B * Hkv, S). The S programs of one row and KV head split the row's columns into S spans of
@@ -28,23 +27,16 @@ after another (`bench/decode_attention_before.py` keeps that form for the benchm
 A row's tokens are the columns from its first (`first[b]`: rows are left-padded so that every row's newest token
 sits in the same column) to the filled count. Columns before a row's first are neither attended nor read: a
 row's spans begin at its first column, so a step reads each row's K/V, not the batch's longest row's. Rows of one
-call differ most where arms share an engine (the cut arm's views lack the partner's words): over the paper
-recipe's training calls the padded columns were a third more than the rows' own (`bench/floor.py`'s count,
-`kv_padded_gb` in `bench/results/floor-h200-2026-12-03.json`). Scores are exact fp32 products of the bf16
+call differ most where arms share an engine (the cut arm's views lack the partner's words), as in training with
+several runs in one process. Scores are exact fp32 products of the bf16
 inputs; the exponentials enter the value product rounded to the cache's dtype, as the portable path's
 probabilities do. `available()` is False without Triton or CUDA, or for a head size the kernel cannot tile, and
 the engine then keeps the portable path.
 
-Measured on an H200 (docs/performance.md, Decode): at batch 32, where reading the weights dominates a decode step,
-it is even with the portable path (2-3% faster steps); at batch 128 decode steps are 23-25% faster, which is what
-evaluation's large batches gain. Reading each row's own columns made a decode step of 192 rows whose views lie
-between half and all of 1,100 tokens 1.11x faster than reading the padding too (3.98 against 4.43 ms,
-`bench/results/profile_sample-padding-h200-2026-12-03.json`). Split by the batch, the attention alone is
-1.16-1.20x faster than in fixed chunks of 128 columns at 192 and 640 rows, and even at 32
-(`bench/results/profile_attention-splits-h200-2026-12-03.json`); a decode step of 128 rows after 1,100-token
-prompts 1.07x (3.30 against 3.54 ms, `bench/results/gpu_step-decode-h200-2026-12-03.json`).
-`bench/profile_attention.py` times the launch configurations, the kernel before, and the kernel reading the
-padding too (`read_padding=True`).
+What it gains is measured in docs/performance.md#decode: little at batch 32, where reading the weights dominates
+a decode step, and most at evaluation's large batches and where a call's rows are unequal; the padding a call
+holds is counted there too. `bench/profile_attention.py` times the launch configurations, the kernel before, and
+the kernel reading the padding too (`read_padding=True`).
 """
 
 from __future__ import annotations
@@ -65,8 +57,7 @@ PROGRAMS = 512
 """Programs `splits_for` aims a call at: enough that every SM holds several at once (an H200 has 132), so the
 row-by-row imbalance of lengths evens out; past them a row's columns are read by one program alone."""
 MAX_SPLITS = 16
-"""Programs per (row, KV head) at most: at 32 rows, 16 were the fastest split measured and 8 within 5% of it
-(`bench/results/profile_attention-splits-h200-2026-12-03.json`)."""
+"""Programs per (row, KV head) at most: the fastest split measured at 32 rows (docs/performance.md#decode)."""
 NUM_WARPS = 4
 NUM_STAGES = 2
 

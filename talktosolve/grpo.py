@@ -217,9 +217,7 @@ class ChosenLogprobs(torch.autograd.Function):
     is multiplied by W there, once, and kept ([n, H], small), so the backward pass is a product by the incoming
     gradient. Checkpointed chunks (`_chunk_logprobs`) run the output layer three times (forward, again in
     backward, and its input gradient) and the fp32 softmax's passes twice; this runs it twice and them once. The
-    output layer must be frozen (no gradient for W is computed). On an H200 one update of a paper-shape step's 128
-    messages took 1.30-1.33 s against 1.36-1.37 checkpointed
-    (`bench/results/profile_step-head-h200-2026-12-02.json`)."""
+    output layer must be frozen (no gradient for W is computed). docs/performance.md#learning times both."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk: int):
@@ -242,8 +240,7 @@ class ChosenLogprobs(torch.autograd.Function):
 FUSED_HEAD = True
 """On CUDA, the output layer's softmax (`_softmax_minus_onehot`) runs compiled: its passes over the [chunk x
 vocabulary] logits fused into a few kernels that read them in bf16, not six fp32 passes; False runs it eagerly
-(the benchmarks time both). On an H200 one update of a paper-shape step's 128 messages took 1.13 s against 1.19
-eager (`bench/results/profile_step-plan-h200-2026-12-02.json`)."""
+(the benchmarks time both: docs/performance.md#learning)."""
 
 
 def _softmax_minus_onehot(logits: torch.Tensor, targets: torch.Tensor):

@@ -13,9 +13,9 @@ first_b .. T-1 (held, shared and new tokens alike), the new ones the last n_b of
   and FlashAttention's varlen forward attends each row's queries to its own keys, causal aligned at the bottom
   right (query j of n_b sees the first len_b - n_b + j + 1 keys), a KV head's G query heads reading it once.
 
-On an H200 (`bench/results/profile_sample-packed-h200-2026-12-02.json`, 192 views of 1,100 tokens) FlashAttention
-took 3.7 ms a layer where the memory-efficient kernel took 13.7, and a six-run train step (where rows are
-uneven) 13.88 s against 16.22 (`bench/results/gpu_shared-h200-2026-12-02-c.json`).
+FlashAttention's kernel is several times faster per layer than the masked memory-efficient one, and packing
+gains most where a call's rows are uneven, as in a train step of several runs (docs/performance.md, Several runs
+in one process).
 
 Both are called alike, with a layer's q [B, Hq, S, D], new k, v [B, Hkv, S, D] and its caches [B, Hkv, L, D]
 (B = 1 and S = N when packed): they write the new tokens' K/V into the cache and return the attention
@@ -37,7 +37,8 @@ def attention_kernels():
     """SDPA backends for training and sampling: flash / memory-efficient / math, not cuDNN.
 
     cuDNN's attention builds an execution plan for every new sequence length, and RL batches bring a new length
-    nearly every micro-batch: measured on an H200, that tripled the learning phase.
+    nearly every micro-batch, so its plans would cost more than its kernels save (docs/performance.md, What made
+    the difference).
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -138,8 +139,8 @@ class Packed:
 class Masked:
     """Over the padded block: mask [B, 1, S, T] bool (`fast_layers.block_mask`), real [B, S] bool. K/V are copied
     once per query head: reading the cache in place instead (a KV head's G query heads as G*S query rows, the mask
-    tiled to match) was slower on an H200, 276 against 258 ms for 32 views of 1,100 tokens (branch prefill-gqa,
-    bench/gpu_shared.py): SDPA's masked kernel pays for the larger mask more than for the copies."""
+    tiled to match) was slower, since SDPA's masked kernel pays for the larger mask more than for the copies
+    (docs/performance.md, Several runs in one process)."""
 
     def __init__(self, mask, real):
         self.mask, self.real = mask, real

@@ -61,8 +61,7 @@ class Stretches:
     `push` takes a row's run with the row before it (`run_between`; 0 for the first row, or where rows may not
     share) and returns the most tokens the rows so far can save. A push is one pass over the rows so far, so a
     batch grown row by row (the learner's micro-batches) costs one exact partition per row, not one per row per
-    row: a paper-shape step's 128 rows took 0.009 s of the host to cut against 0.040 s
-    (`bench/results/profile_step-plan-h200-2026-12-02.json`)."""
+    row (docs/performance.md#learning times both)."""
 
     def __init__(self, least: int = LEAST):
         self.least = least
