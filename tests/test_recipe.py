@@ -110,6 +110,19 @@ def test_changed_setting_redoes_only_what_it_affects(tiny_model_dir, tiny_recipe
     assert json.loads(base_eval.read_text())["key"] != base_before
 
 
+def test_more_seeds_train_only_the_new_runs_and_pool_every_seed(tiny_model_dir, tiny_recipe, tmp_path):
+    """Seeds 0, 1 grown to 0, 1, 2: the finished runs and their evaluations are read back, not redone; only the
+    new seed's runs train and play; the comparison pools all three seeds."""
+    out = copy_of(tiny_recipe, tmp_path)
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.suffix in (".jsonl", ".safetensors")
+              or p.name == "summary.json"}
+    assert recipe(tiny_model_dir, out, "seeds=0,1,2") == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert (out / "runs" / "chat-s2" / "done.json").exists() and (out / "evals" / "cut-s2" / "summary.json").exists()
+    results = json.loads((out / "results.json").read_text())
+    assert results["comparisons"]["chat-cut"]["n_seeds_a"] == 3 == results["comparisons"]["chat-cut"]["n_seeds_b"]
+
+
 def test_views_check_catches_a_leak(tiny_recipe, tmp_path):
     """`views_respect_arms` holds on the recipe's own transcripts of every arm, and fails on each kind of leak: a
     cut seat shown a partner's message, a hand holding a fact its arm does not deal it, a chat transcript
