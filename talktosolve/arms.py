@@ -85,13 +85,6 @@ ARMS = {
 """The arms a config can name."""
 
 
-def arm_named(name: str) -> Arm:
-    try:
-        return ARMS[name]
-    except KeyError:
-        raise ValueError(f"no arm `{name}`; arms are {', '.join(ARMS)}") from None
-
-
 def comparison_arms(name: str) -> tuple[str, ...]:
     """`chat-cut` -> (`chat`, `cut`): a comparison (arm a minus arm b) from its name in presets, `--set` and
     results.json's keys. A name without exactly one `-` gives a tuple of another length, which the config refuses."""

@@ -110,12 +110,6 @@ def _say(own: list[str], partner_name: str, rng: random.Random, rep: Repertoire)
     return rng.choice(phrases).format(partner=partner_name), []
 
 
-def first_message(own: list[str], partner_name: str, rng: random.Random, rep: Repertoire) -> tuple[str, list[str]]:
-    """A non-final message and the terms it states."""
-    text, kept = _say(own, partner_name, rng, rep)
-    return text, [own[i] for i in kept]
-
-
 def team_chat(hands: dict[str, list[str]], protocol: Protocol, arm: Arm | str, rng: random.Random,
               rep: Repertoire = Repertoire()) -> list[str]:
     """One scripted chat: a message for each turn of `protocol.order`, each seat holding `hands[seat]`, in `arm`
