@@ -2,7 +2,7 @@
 static engine does not know run on."""
 
 import torch
-from test_fast_engine import prompts, stock_greedy, tiny
+from helpers import prompts, stock_greedy, tiny
 
 from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
 from talktosolve.fast_engine import StaticEngine, make_engine

@@ -4,30 +4,10 @@ eagerly (the same tensor program the CUDA graph holds); the GPU-marked test runs
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
 from talktosolve.fast_engine import StaticEngine
 from talktosolve.grpo import Sample, _pad_right, token_logprobs
-
-
-def tiny(vocab=97, device="cpu", dtype=torch.float32, layers=2):
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=True)
-    return Qwen2ForCausalLM(cfg).to(device=device, dtype=dtype).eval()
-
-
-def prompts(vocab, lengths, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(1, vocab, (n,), generator=g).tolist() for n in lengths]
-
-
-def stock_greedy(model, prompt, n):
-    ids = torch.tensor([prompt], device=model.device)
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                         do_sample=False, pad_token_id=0, eos_token_id=None)
-    return out[0, len(prompt):].tolist()
 
 
 def check_greedy(model, device):
@@ -164,6 +144,8 @@ def check_sampling_kernel(device, rows: int, steps: int, graph: bool):
 
 
 SAMPLING_SCRIPT = """
+import sys
+sys.path.insert(0, "tests")  # where pytest finds the helpers
 from tests.test_fast_engine import check_sampling_kernel
 check_sampling_kernel("cpu", rows=96, steps=4, graph=False)
 print("ok")
@@ -192,8 +174,10 @@ def test_the_sampling_kernel_in_a_cuda_graph_draws_from_softmax_and_afresh_at_ev
 
 
 GROW_SCRIPT = """
+import sys
 import torch
-from tests.test_fast_engine import prompts, tiny
+sys.path.insert(0, "tests")  # where pytest finds the helpers
+from helpers import prompts, tiny
 from talktosolve.fast_engine import StaticEngine
 engine = StaticEngine(tiny(device="cuda"), stop_ids=[96], pad_id=0, force_max_length=True)
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -253,16 +237,18 @@ def check_attention_kernel(device, dtype, atol):
 
 
 KERNEL_SCRIPT = """
+import sys
 import torch
-from tests.test_fast_engine import (_lora_model, check_attention_kernel, check_greedy, check_logprobs, check_session,
-                                    check_slots, tiny)
+sys.path.insert(0, "tests")  # where pytest finds the helpers
+from helpers import lora_model, tiny
+from tests.test_fast_engine import check_attention_kernel, check_greedy, check_logprobs, check_session, check_slots
 from talktosolve.fast_engine import StaticEngine
 assert StaticEngine(tiny(), stop_ids=[96], pad_id=0).attention_kernel, "the engine should pick the kernel"
 check_attention_kernel("cpu", torch.float32, atol=1e-5)
 check_greedy(tiny(), "cpu")
 check_logprobs(tiny(), "cpu", atol=1e-4)
 check_session(tiny(layers=3))
-check_slots(_lora_model(), "cpu", atol=1e-4)
+check_slots(lora_model(), "cpu", atol=1e-4)
 print("ok")
 """
 
@@ -321,6 +307,8 @@ def test_decode_attention_kernel_on_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     check_attention_kernel("cuda", torch.bfloat16, atol=2e-2)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=512, hidden_size=1536, intermediate_size=1024, num_hidden_layers=2,
                       num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096)
@@ -391,22 +379,6 @@ def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
         assert reused > total / 2, (total, reused)
 
 
-def _lora_model(r=4, layers=2, device="cpu", dtype=torch.float32):
-    from peft import LoraConfig, get_peft_model
-
-    return get_peft_model(tiny(device=device, dtype=dtype, layers=layers),
-                          LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear"))
-
-
-def _set_adapter_weights(model, seed, scale=0.3):
-    """Fill the live adapter with run `seed`'s weights (both A and B, so every LoRA term matters)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_" in n:
-                p.copy_(torch.randn(p.shape, generator=g).to(p) * scale)
-
-
 def check_slots(model, device, atol):
     """Three adapters in one slot-mode engine: each row block samples greedily what its own adapter, merged
     into a single-adapter engine, samples; and the sampler's log-probs equal the learner's under that adapter."""
@@ -416,7 +388,7 @@ def check_slots(model, device, atol):
     slot = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True, slots=runs)
     expected = []
     for j in range(runs):
-        _set_adapter_weights(model, j)
+        set_adapter_weights(model, j)
         slot.store_adapter(j)
         single = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True)
         expected += single.generate(blocks[j], 9)
@@ -432,12 +404,12 @@ def check_slots(model, device, atol):
     sampler = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, force_max_length=True, record_logprobs=True,
                            slots=runs)
     for j in range(runs):
-        _set_adapter_weights(model, j)
+        set_adapter_weights(model, j)
         sampler.store_adapter(j)
     batch = [p for b in blocks for p in b]
     outs = sampler.generate(batch, 7, torch.Generator(device=device).manual_seed(0), slots=runs)
     for j in range(runs):
-        _set_adapter_weights(model, j)
+        set_adapter_weights(model, j)
         rows = range(2 * j, 2 * j + 2)
         samples = [Sample(batch[i], outs[i], 0.0, i) for i in rows]
         ids, comp, _ = _pad_right(samples, 0, device)
@@ -447,18 +419,18 @@ def check_slots(model, device, atol):
 
 
 def test_slot_mode_samples_each_block_through_its_own_adapter_cpu():
-    check_slots(_lora_model(), "cpu", atol=1e-4)
+    check_slots(lora_model(), "cpu", atol=1e-4)
 
 
 def test_slot_mode_samples_any_mix_of_rows_each_through_its_slot_or_the_base_cpu():
-    model = _lora_model()
+    model = lora_model()
     vocab = model.config.vocab_size
     batch = prompts(vocab, [5, 9, 6, 7, 4, 8], seed=3)
     adapters = [1, None, 0, 1, None, 0]  # interleaved, unequal counts, base rows among them
     slot = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True, slots=2)
     weights = {}
     for j in (0, 1):
-        _set_adapter_weights(model, j)
+        set_adapter_weights(model, j)
         slot.store_adapter(j)
         weights[j] = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True)
         weights[j] = weights[j].generate(batch, 9)
@@ -476,8 +448,8 @@ def test_slot_mode_samples_any_mix_of_rows_each_through_its_slot_or_the_base_cpu
 
 
 def test_slot_mode_holds_the_base_weights_once_and_leaves_the_model_unchanged():
-    model = _lora_model()
-    _set_adapter_weights(model, 0)
+    model = lora_model()
+    set_adapter_weights(model, 0)
     vocab = model.config.vocab_size
     ids = torch.tensor(prompts(vocab, [7, 7], seed=4))
     with torch.no_grad():
@@ -497,8 +469,8 @@ def test_slot_mode_holds_the_base_weights_once_and_leaves_the_model_unchanged():
 
 
 def test_release_with_weights_frees_the_merged_copies_and_the_next_call_samples_the_same():
-    model = _lora_model()
-    _set_adapter_weights(model, 0)
+    model = lora_model()
+    set_adapter_weights(model, 0)
     vocab = model.config.vocab_size
     batch = prompts(vocab, [5, 9, 6], seed=5)
     engine = StaticEngine(model, stop_ids=[vocab - 1], pad_id=0, greedy=True, force_max_length=True)
@@ -516,7 +488,7 @@ def test_release_with_weights_frees_the_merged_copies_and_the_next_call_samples_
 
 
 def test_slot_mode_refuses_what_it_cannot_do():
-    engine = StaticEngine(_lora_model(), stop_ids=[96], pad_id=0, slots=2)
+    engine = StaticEngine(lora_model(), stop_ids=[96], pad_id=0, slots=2)
     batch = prompts(97, [4, 5, 6])
     with pytest.raises(ValueError, match="equal blocks"):
         engine.generate(batch, 3, slots=2)  # 3 rows do not split into 2 blocks

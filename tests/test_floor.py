@@ -11,7 +11,7 @@ from talktosolve.engine import Session
 from talktosolve.fast_engine import StaticEngine
 from talktosolve.rollout import Turn
 
-from test_fast_engine import prompts, tiny
+from helpers import prompts, tiny
 
 spec = importlib.util.spec_from_file_location("floor", Path(__file__).parents[1] / "bench" / "floor.py")
 floor = importlib.util.module_from_spec(spec)

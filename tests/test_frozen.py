@@ -138,17 +138,17 @@ def test_a_finished_lora_run_as_the_partner_samples_in_the_learners_engine_unles
 
 
 def test_weights_stored_in_a_slot_sample_as_a_model_holding_them_and_leave_the_model_as_it_was():
-    from test_fast_engine import _lora_model, _set_adapter_weights, prompts
+    from helpers import lora_model, prompts, set_adapter_weights
 
     from talktosolve.fast_engine import StaticEngine
     from talktosolve.frozen import store_in_slot
 
-    model = _lora_model()
-    _set_adapter_weights(model, 1)
+    model = lora_model()
+    set_adapter_weights(model, 1)
     theirs = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     expected = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, force_max_length=True).generate(
         prompts(97, [5, 9]), 8)
-    _set_adapter_weights(model, 2)
+    set_adapter_weights(model, 2)
     live = {n: p.detach().clone() for n, p in model.named_parameters()}
     engine = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, force_max_length=True, slots=2)
     store_in_slot(engine, model, theirs, 1)

@@ -182,7 +182,7 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
 
 def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
     """model.compile=on (the GPU default): same log-probs and gradients as eager, same parameter names."""
-    from test_fast_engine import prompts, tiny
+    from helpers import prompts, tiny
 
     from talktosolve.config import ModelConfig
     from talktosolve.grpo import _pad_right

@@ -11,7 +11,7 @@ from talktosolve import grpo, learn_packing
 from talktosolve import prefill_attention as pa
 from talktosolve.grpo import Sample, Sequence, packed_token_logprobs, to_sequences, token_logprobs
 
-from test_fast_engine import _lora_model, _set_adapter_weights, prompts
+from helpers import lora_model, prompts, set_adapter_weights
 
 
 def chats(vocab=97, run=20, seed=3):
@@ -69,8 +69,8 @@ def test_rows_sharing_fewer_than_the_least_run_are_packed_whole():
 
 def check_packed_equals_padded(device, dtype, kernel, atol):
     rows = chats()
-    model = _lora_model(device=device, dtype=dtype)
-    _set_adapter_weights(model, 7, scale=0.1)
+    model = lora_model(device=device, dtype=dtype)
+    set_adapter_weights(model, 7, scale=0.1)
     grads = []
     for packed in (False, True):
         model.zero_grad(set_to_none=True)
@@ -127,7 +127,7 @@ def test_packed_microbatches_are_the_greedy_fill_by_packed_length():
 
 
 def test_the_learner_pads_rows_on_a_cpu():
-    assert not grpo.packs_rows(_lora_model(), "cpu")
+    assert not grpo.packs_rows(lora_model(), "cpu")
 
 
 @pytest.mark.gpu
@@ -135,4 +135,4 @@ def test_packed_rows_through_flash_attention_give_the_padded_rows_logprobs_and_g
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     check_packed_equals_padded("cuda", torch.bfloat16, pa.flash, atol=3e-2)
-    assert grpo.packs_rows(_lora_model(device="cuda", dtype=torch.bfloat16), "cuda")
+    assert grpo.packs_rows(lora_model(device="cuda", dtype=torch.bfloat16), "cuda")

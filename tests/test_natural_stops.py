@@ -6,20 +6,9 @@ pretrained weights."""
 
 import pytest
 import torch
-from test_fast_engine import _set_adapter_weights
+from helpers import hf_greedy, set_adapter_weights
 
 from talktosolve.fast_engine import StaticEngine
-
-
-def hf_greedy(model, batch: list[list[int]], limit: int, stops: list[int]) -> list[list[int]]:
-    """transformers' greedy `generate` over the left-padded prompts, each row ending at its first stop id (kept)
-    or at the limit."""
-    from talktosolve.engine import cut_at_stop, left_pad
-
-    ids, mask = left_pad(batch, stops[0], model.device)
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=limit, do_sample=False, eos_token_id=stops,
-                         pad_token_id=stops[0])
-    return cut_at_stop(out[:, ids.shape[1]:].tolist(), stops)
 
 
 def check_natural_stops(device, slots=0, **engine_options):
@@ -45,7 +34,7 @@ def check_natural_stops(device, slots=0, **engine_options):
     stops = stop_ids(tok, model)
     engine = StaticEngine(model, stop_ids=stops, pad_id=tok.pad_token_id, greedy=True, slots=slots, **engine_options)
     for j in range(slots):  # adapters small enough that the base still ends its messages, large enough to differ
-        _set_adapter_weights(model, 20 + j, scale=0.05)
+        set_adapter_weights(model, 20 + j, scale=0.05)
         engine.store_adapter(j)
     protocol = protocol_of(chat)
     problems = make_problems("test", 8, seed=0)
@@ -57,7 +46,7 @@ def check_natural_stops(device, slots=0, **engine_options):
     uneven = 0
     for j in range(0, len(chats), block):
         if slots:
-            _set_adapter_weights(model, 20 + j // block, scale=0.05)
+            set_adapter_weights(model, 20 + j // block, scale=0.05)
         for i in range(protocol.n_turns):
             turns = [c.turns[i] for c in chats[j:j + block]]
             rows = [t.completion_ids for t in turns]

@@ -12,7 +12,7 @@ from talktosolve.engine import Session
 from talktosolve.fast_engine import StaticEngine
 from talktosolve.fast_layers import block_mask
 
-from test_fast_engine import _lora_model, _set_adapter_weights, prompts, tiny
+from helpers import lora_model, prompts, set_adapter_weights, tiny
 
 
 def test_pack_finds_each_rows_new_tokens_and_prompt_columns():
@@ -86,7 +86,7 @@ def test_an_engine_prefilling_packed_samples_what_one_prefilling_masked_samples(
 def test_slot_mode_prefilling_packed_reads_each_token_through_its_rows_slot(monkeypatch):
     monkeypatch.setattr(pa, "flash", pa.reference)
     monkeypatch.setattr(pa, "available", lambda *a: True)
-    model = _lora_model()
+    model = lora_model()
     batch = [prompts(97, [12])[0] + p for p in prompts(97, [5, 9, 6, 7, 4, 8], seed=3)]  # a shared run too
     adapters = [1, None, 0, 1, None, 0]
     outs = []
@@ -94,7 +94,7 @@ def test_slot_mode_prefilling_packed_reads_each_token_through_its_rows_slot(monk
         engine = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, record_logprobs=True, slots=2,
                               packed_prefill=packed)
         for j in (0, 1):
-            _set_adapter_weights(model, j)
+            set_adapter_weights(model, j)
             engine.store_adapter(j)
         outs.append((engine.generate(batch, 9, adapters=adapters), engine.last_logprobs))
     assert outs[0][0] == outs[1][0]

@@ -9,7 +9,7 @@ from talktosolve.engine import Session
 from talktosolve.fast_engine import StaticEngine
 from talktosolve.prefixes import plan
 
-from test_fast_engine import _lora_model, _set_adapter_weights, prompts, stock_greedy, tiny
+from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
 SYSTEM = list(range(1, 41))  # 40 tokens every row begins with
 
@@ -78,10 +78,10 @@ def test_reading_shared_runs_once_samples_what_reading_every_row_whole_samples()
 
 
 def test_shared_runs_in_slot_mode_are_read_through_each_groups_own_adapter():
-    model = _lora_model(layers=3)
+    model = lora_model(layers=3)
     shared, whole = engines(model, slots=2)
     for j in (0, 1):
-        _set_adapter_weights(model, j)
+        set_adapter_weights(model, j)
         shared.store_adapter(j)
         whole.store_adapter(j)
     rows = views() * 2

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from test_natural_stops import hf_greedy
+from helpers import hf_greedy
 
 from talktosolve.arms import ARMS, NO_MESSAGE
 from talktosolve.chat import Seat, render_view, view
