@@ -18,6 +18,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
 
     rules:     arms protocol numbers magnitude grading split talk reward stats config chat data influence
                diagnose crossplay results partners informative prefixes store folders pages tracking distributed
+               cpu_pins
     worlds:    tasks micro.task micro.prompts micro.script micro.tokenizer
     kernels:   decode_attention decode_sampling fast_layers prefill_attention learn_packing
     model:     policy checkpoint

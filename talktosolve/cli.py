@@ -98,7 +98,7 @@ _SEED = _whole(0, 2**63)
 
 def _config(args):
     """The config of a command that runs a model: preset, `--set`, `--gsm8k`; refused where the task it sets would
-    not read the GSM8K it names."""
+    not read the GSM8K it names. A CPU run is pinned to one numeric path here, before torch loads (`cpu_pins`)."""
     overrides = parse_overrides(args.set or [])
     if args.gsm8k is not None:
         overrides.setdefault("data", {})["gsm8k"] = args.gsm8k
@@ -111,7 +111,15 @@ def _config(args):
         from talktosolve.tracking import check_logger
 
         check_logger(args.log)
+    _pin(cfg)
     return cfg
+
+
+def _pin(cfg) -> None:
+    from talktosolve.cpu_pins import is_cpu_run, pin_cpu
+
+    if is_cpu_run(cfg.device):
+        pin_cpu()
 
 
 @contextlib.contextmanager
@@ -317,8 +325,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_influence(args) -> int:
-    from talktosolve.replay import replay_influence
-
     folder = Path(args.eval)
     preset = args.preset
     if preset is None:
@@ -327,7 +333,9 @@ def cmd_influence(args) -> int:
                              "config); give the --preset and --set values it was evaluated with.")
         preset = str(folder / "config.json")
     cfg = make_config(preset, parse_overrides(args.set or []))
+    _pin(cfg)
     _quiet_hub_bars()
+    from talktosolve.replay import replay_influence  # torch loads here, after the pins
 
     def announce(messages: int, seconds: float) -> None:
         print(f"influence: {messages} replayed messages, about {seconds:.0f} s at the evaluation's own pace",

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import platform
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from talktosolve import __version__
 from talktosolve.arms import ARMS, comparison_name
 from talktosolve.chat import Seat, view
 from talktosolve.config import Config
+from talktosolve.cpu_pins import is_cpu_run, late, pin_cpu, record
 from talktosolve.crossplay import against_arm, cross_seed_matrix
 from talktosolve.evaluate import Team, evaluate_teams
 from talktosolve.influence import includes_zero
@@ -135,7 +137,13 @@ def recipe_evals(cfg: Config, protocol: Protocol) -> list[EvalSpec]:
 
 def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool = True,
                loggers_for=None) -> dict:
-    """Run (or resume) the recipe into `out`; returns results.json's content."""
+    """Run (or resume) the recipe into `out`; returns results.json's content. A CPU run is pinned to one numeric
+    path first (`cpu_pins`: the CLI does it before torch loads; here a warning says when torch came first)."""
+    if is_cpu_run(cfg.device):
+        pin_cpu()
+        missed = late()
+        if missed:
+            warnings.warn(missed, stacklevel=2)
     out = Path(out)
     resuming = (out / "config.json").is_file()
     out.mkdir(parents=True, exist_ok=True)
@@ -514,6 +522,8 @@ def run_facts(cfg: Config, protocol: Protocol, seconds: float, train_seconds: fl
         "protocol": protocol.to_json(),
         "arms": list(cfg.arms), "seeds": list(cfg.seeds), "steps": cfg.train.steps,
         "device": str(device), "gpu": gpu,
+        # What a CPU run's figures depend on beside the versions: its pins and threads (`cpu_pins`).
+        "cpu": record() if device.type == "cpu" else None,
         # Compute time of every stage, summed from the stages' own records (stable when a rerun skips them).
         "wall_seconds": seconds, "train_seconds": train_seconds,
         "gpu_seconds": seconds if gpu else None,

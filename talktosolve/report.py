@@ -155,6 +155,13 @@ def _describe(entry: dict) -> str:
     return f"base {seats[0]} + trained {', '.join(seats[1:])} ({run})"
 
 
+def _cpu_text(cpu: dict | None) -> str:
+    if not cpu:
+        return NONE
+    pins = ", ".join(f"{k}={v}" for k, v in cpu["pins"].items() if v is not None) or "none"
+    return f"{cpu['threads']} thread(s); pins {pins} (set {cpu['pinned']})"
+
+
 def _protocol_text(protocol: dict) -> str:
     return (f"seats {', '.join(protocol['seats'])}; turns {', '.join(protocol['order'])}; limits "
             f"{', '.join(map(str, protocol['limits']))}; final turns {', '.join(map(str, protocol['finals']))}")
@@ -253,7 +260,8 @@ def _sections(results: dict) -> list[tuple]:
     rows = [["preset", results["preset"]], ["model", run["model"]], ["versions", versions],
             ["protocol", _protocol_text(run["protocol"])],
             ["arms", ", ".join(arms)], ["seeds", ", ".join(seeds)], ["steps", str(run["steps"])],
-            ["device", run["device"]], ["GPU", run["gpu"] or NONE], ["time of all stages", _duration(run["wall_seconds"])],
+            ["device", run["device"]], ["GPU", run["gpu"] or NONE], ["CPU", _cpu_text(run.get("cpu"))],
+            ["time of all stages", _duration(run["wall_seconds"])],
             ["GPU time", _duration(run["gpu_seconds"])], ["last invocation started", run["started"]],
             ["last invocation finished", run["finished"]],
             ["train problems", str(data["n_train"])], ["test problems", str(data["n_test"])]]
