@@ -228,7 +228,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         torch.set_num_threads(cfg.cpu_threads)
     tokenizer = load_tokenizer(cfg.model)
     torch.manual_seed(pending[0].seed)  # adapter initialisation
-    model = make_trainable(load_base(cfg.model, device), cfg.model)
+    base = load_base(cfg.model, device)
+    reference = _reference(cfg, base)  # the base as loaded, before training can touch it
+    model = make_trainable(base, cfg.model)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     roles = role_seats(cfg, protocol)
@@ -270,7 +272,6 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if partner is not None and partner.snapshots and pending[0].start:
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
     gpu = device.type == "cuda"
-    reference = _reference(cfg, device)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
     bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
@@ -495,12 +496,13 @@ def draw_metrics(groups: list[_Group], kept: list[int]) -> dict:
             "train/reward_trained": sum(trained) / len(trained)}
 
 
-def _reference(cfg: Config, device):
+def _reference(cfg: Config, base):
     """The KL penalty's reference policy when it is not the learner with its adapter off (LoRA): under full
-    fine-tuning, a frozen copy of the base. None without a penalty, or under LoRA."""
+    fine-tuning, a frozen copy of the loaded `base` (not a second load: a GGUF file is dequantized each time).
+    None without a penalty, or under LoRA."""
     if cfg.train.kl_coef == 0 or cfg.model.finetune == "lora":
         return None
-    model = load_base(cfg.model, device)
+    model = copy.deepcopy(base)
     model.requires_grad_(False)
     return model.eval()
 
