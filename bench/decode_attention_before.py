@@ -2,7 +2,7 @@
 `CHUNK` columns from column 0, one program each, over the cache's whole length (the chunks past the filled
 columns or inside a row's padding return at once), and a combine that merges a row's chunks one after another.
 Kept here, out of the package, as the benchmarks' baseline: `bench/profile_attention.py` and
-`bench/profile_sample.py --compare splits` time it beside `talktosolve.decode_attention` in one run.
+`bench/profile_sample.py --compare splits` time it beside `talktosolve.sampling.decode_attention` in one run.
 """
 
 from __future__ import annotations

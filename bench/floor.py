@@ -46,7 +46,7 @@ class Counting:
         self.calls: list[dict] = []
 
     def generate(self, prompts, max_new_tokens, generator=None, *, session=None, adapters=None, **_):
-        from talktosolve import fast_layers, prefixes
+        from talktosolve.sampling import fast_layers, prefixes
 
         reuse = fast_layers.reusable(session, prompts)
         plan = prefixes.plan(prompts, reuse, adapters)
@@ -94,9 +94,9 @@ def main():
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
     from talktosolve.protocol import protocol_of
-    from talktosolve.rollout import Player, play_chats
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import step_problems
+    from talktosolve.sampling.rollout import Player, play_chats
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import step_problems
 
     cfg = make_config("paper", {"data": {"gsm8k": args.gsm8k}})
     mc = AutoConfig.from_pretrained(args.model_dir)

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from talktosolve.config import ModelConfig
-from talktosolve.policy import load_base, load_tokenizer, stop_ids
-from talktosolve.smollm2 import sha256
+from talktosolve.model.policy import load_base, load_tokenizer, stop_ids
+from talktosolve.model.smollm2 import sha256
 
 
 def main() -> None:

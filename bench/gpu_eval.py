@@ -38,9 +38,9 @@ def main():
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.evaluate import evaluate
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train
+    from talktosolve.experiment.evaluate import evaluate
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import train
 
     cuda = args.device == "cuda"
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

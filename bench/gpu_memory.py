@@ -55,9 +55,9 @@ def main() -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.evaluate import evaluate
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train
+    from talktosolve.experiment.evaluate import evaluate
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import train
 
     res = {**run_facts(args.device), "steps": args.steps, "eval_problems": args.eval_problems, "settings": []}
     stand_in_rewards()

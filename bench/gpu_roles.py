@@ -52,8 +52,8 @@ def main() -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import train
 
     gpu = args.device == "cuda"
     res = {**run_facts(args.device), "steps_per_setting": args.steps, "settings": []}

@@ -118,15 +118,16 @@ def main():
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from talktosolve import decode_attention, grpo
+    from talktosolve.sampling import decode_attention
+    from talktosolve.learning import grpo
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.evaluate import evaluate
-    from talktosolve.fast_engine import StaticEngine
-    from talktosolve.policy import make_trainable
-    from talktosolve.recipe import run_recipe
+    from talktosolve.experiment.evaluate import evaluate
+    from talktosolve.sampling.fast_engine import StaticEngine
+    from talktosolve.model.policy import make_trainable
+    from talktosolve.experiment.recipe import run_recipe
     from talktosolve.store import read_jsonl
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train_runs
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import train_runs
 
     dev = args.device
     cuda = dev == "cuda"

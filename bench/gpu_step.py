@@ -98,9 +98,9 @@ def main():
 
     import decode_attention_before as before
     from talktosolve.config import make_config
-    from talktosolve.fast_engine import StaticEngine
-    from talktosolve.grpo import Sample, grpo_update
-    from talktosolve.policy import compile_layers, enable_gradient_checkpointing, make_trainable
+    from talktosolve.sampling.fast_engine import StaticEngine
+    from talktosolve.learning.grpo import Sample, grpo_update
+    from talktosolve.model.policy import compile_layers, enable_gradient_checkpointing, make_trainable
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(), "versions": {"python": platform.python_version(),
@@ -245,8 +245,8 @@ def main():
     torch.cuda.empty_cache()
     # ---- the real train loop at maximum message lengths: the paper preset's memory settings, and the
     # alternative (gradient checkpointing with larger micro-batches; neither changes the update)
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import train
 
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
     res["steps"], res["eval"] = [], []
@@ -254,7 +254,7 @@ def main():
         save_random_model(config, tok, f"{tmp}/model", "cuda")
         # ---- evaluation as the recipe runs it: 300 held-out problems x 2 chats at maximum lengths, after a
         # one-batch evaluation that compiles and captures (the recipe's evaluations run in one process)
-        from talktosolve.evaluate import evaluate
+        from talktosolve.experiment.evaluate import evaluate
 
         for batch_chats in args.eval_batches:
             over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},

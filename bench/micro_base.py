@@ -34,9 +34,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from talktosolve.arms import ARMS  # noqa: E402
-from talktosolve.chat import Seat, render_view, view  # noqa: E402
-from talktosolve.engine import Engine  # noqa: E402
-from talktosolve.grading import extract_answer, grade_many, numeric_value  # noqa: E402
+from talktosolve.team.chat import Seat, render_view, view  # noqa: E402
+from talktosolve.sampling.engine import Engine  # noqa: E402
+from talktosolve.task.grading import extract_answer, grade_many, numeric_value  # noqa: E402
 from talktosolve.micro import base_recipe, script  # noqa: E402
 from talktosolve.micro.base import load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
 from talktosolve.micro.prompts import micro_chat_config  # noqa: E402
@@ -70,8 +70,8 @@ def solo_accuracy(model, tok, problems, *, seed: int = 1234, batch: int = 200) -
 
 def pair_figures(model, tok, problems, arm: str, *, chats: int = 2, seed: int = 1234) -> dict:
     """Team accuracy and talk metrics of the pair (two copies of `model`) in `arm`."""
-    from talktosolve.rollout import Player, play_chats
-    from talktosolve.talk import aggregate_talk, talk_metrics
+    from talktosolve.sampling.rollout import Player, play_chats
+    from talktosolve.team.talk import aggregate_talk, talk_metrics
 
     chat = micro_chat_config()
     player = Player(_engine(model, tok, chat), tok, "base")

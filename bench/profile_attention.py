@@ -72,8 +72,8 @@ def main():
     import triton
 
     import decode_attention_before as before
-    from talktosolve import decode_attention
-    from talktosolve.decode_attention import attend
+    from talktosolve.sampling import decode_attention
+    from talktosolve.sampling.decode_attention import attend
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,

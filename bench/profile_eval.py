@@ -39,14 +39,14 @@ def main():
 
     from transformers import AutoConfig, AutoTokenizer
 
-    import talktosolve.evaluate as ev
-    import talktosolve.fast_engine as fe
-    import talktosolve.fast_layers as fl
-    import talktosolve.recipe as rc
-    import talktosolve.rollout as ro
+    import talktosolve.experiment.evaluate as ev
+    import talktosolve.sampling.fast_engine as fe
+    import talktosolve.sampling.fast_layers as fl
+    import talktosolve.experiment.recipe as rc
+    import talktosolve.sampling.rollout as ro
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.tasks import load_problems
-    from talktosolve.train import train_runs
+    from talktosolve.task.tasks import load_problems
+    from talktosolve.experiment.train import train_runs
 
     cuda = args.device == "cuda"
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

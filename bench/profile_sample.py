@@ -56,11 +56,11 @@ def main():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     import decode_attention_before as before
-    import talktosolve.fast_engine as fe
-    from talktosolve import decode_attention
-    import talktosolve.fast_layers as fl
+    import talktosolve.sampling.fast_engine as fe
+    from talktosolve.sampling import decode_attention
+    import talktosolve.sampling.fast_layers as fl
     from talktosolve.config import make_config
-    from talktosolve.policy import make_trainable
+    from talktosolve.model.policy import make_trainable
 
     config = AutoConfig.from_pretrained(args.model_dir)
     torch.manual_seed(0)

@@ -50,7 +50,7 @@ def timed(name, fn):
 def replanned_microbatches(rows, max_tokens):
     """`learn_packing.microbatches` as it was before `prefixes.Stretches`: the growing batch planned anew (its
     packed `length`) for each row added. The same micro-batches; the baseline of the `r` variants."""
-    from talktosolve import learn_packing
+    from talktosolve.learning import learn_packing
 
     out, batch = [], []
     for row in sorted(rows, key=lambda r: r.ids):
@@ -85,16 +85,16 @@ def main():
 
     from transformers import AutoConfig, AutoTokenizer
 
-    import talktosolve.fast_engine as fe
-    import talktosolve.grpo as grpo
-    import talktosolve.learn_packing as learn_packing
-    import talktosolve.fast_layers as fl
-    import talktosolve.reward as rw
-    import talktosolve.rollout as ro
-    import talktosolve.train as tr
+    import talktosolve.sampling.fast_engine as fe
+    import talktosolve.learning.grpo as grpo
+    import talktosolve.learning.learn_packing as learn_packing
+    import talktosolve.sampling.fast_layers as fl
+    import talktosolve.team.reward as rw
+    import talktosolve.sampling.rollout as ro
+    import talktosolve.experiment.train as tr
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.grpo import grpo_update
-    from talktosolve.tasks import load_problems
+    from talktosolve.learning.grpo import grpo_update
+    from talktosolve.task.tasks import load_problems
 
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
@@ -134,7 +134,7 @@ def main():
         for spec in args.variants.split(","):
             opts, ckpt, old_head, padded, pageable, replanned, eager_head = variant(spec)
             if ckpt:
-                from talktosolve.policy import enable_gradient_checkpointing
+                from talktosolve.model.policy import enable_gradient_checkpointing
                 enable_gradient_checkpointing(hf)
             frozen_linear = grpo._frozen_linear
             if old_head:  # the output layer as checkpointed chunks, the form `grpo.ChosenLogprobs` replaced

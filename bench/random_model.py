@@ -37,7 +37,7 @@ def stand_in_rewards() -> None:
     advantage would be 0 and the learner, which skips zero-advantage messages (`grpo`), would read nothing:
     chat k of each group scores k % 2 instead, so every message is trained (the learning phase's worst case).
     Grading itself (a few ms a step) is then not timed."""
-    import talktosolve.reward as reward
+    import talktosolve.team.reward as reward
 
     def score(chats, protocol):
         for c in chats:

@@ -14,19 +14,23 @@ Heavier pieces (training, evaluation, the recipe) import torch and live in their
 
 The modules stand on floors, low to high. A module imports only from its own floor or a lower one, and no
 imports go round in a circle (`tests/test_layers.py` checks both, module-level and function-level imports
-alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talktosolve` this file.
+alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talktosolve` this file; a folder's
+`__init__.py` (`task`, `team`, ...) only names its concern, so it stands on the lowest floor.
 
-    rules:     arms protocol numbers magnitude grading split talk reward stats config chat data influence
-               diagnose crossplay results partners informative prefixes store folders pages tracking distributed
-               cpu_pins
-    worlds:    tasks micro.task micro.prompts micro.script micro.tokenizer
-    kernels:   decode_attention decode_sampling fast_layers prefill_attention learn_packing
-    model:     policy checkpoint
-    bases:     micro micro.base micro.teams smollm2 talktosolve
-    sampling:  engine fast_engine rollout
-    play:      evaluate frozen replay
-    learning:  grpo pool train
-    recipe:    recipe report plots
+    rules:     arms protocol task.numbers task.magnitude task.grading task.split team.talk team.reward
+               stats config team.chat task.data team.influence experiment.diagnose experiment.crossplay
+               experiment.results experiment.partners learning.informative sampling.prefixes store folders
+               experiment.pages tracking learning.distributed cpu_pins task team model sampling learning
+               experiment
+    worlds:    task.tasks micro.task micro.prompts micro.script micro.tokenizer
+    kernels:   sampling.decode_attention sampling.decode_sampling sampling.fast_layers sampling.prefill_attention
+               learning.learn_packing
+    model:     model.policy model.checkpoint
+    bases:     micro micro.base micro.teams model.smollm2 talktosolve
+    sampling:  sampling.engine sampling.fast_engine sampling.rollout
+    play:      experiment.evaluate experiment.frozen experiment.replay
+    learning:  learning.grpo experiment.pool experiment.train
+    recipe:    experiment.recipe experiment.report experiment.plots
     entry:     cli __main__
 
 `rules` are pure records and functions (no torch); `worlds` the problems a config names; `kernels` the
@@ -40,11 +44,11 @@ __version__ = "0.2.0"
 
 from talktosolve import micro  # noqa: F401  (registers the micro bases with model loading: `micro/__init__.py`)
 from talktosolve.arms import ARMS, Arm
-from talktosolve.grading import grade_answer
+from talktosolve.task.grading import grade_answer
 from talktosolve.protocol import Protocol
-from talktosolve.split import Split, split_problem
+from talktosolve.task.split import Split, split_problem
 from talktosolve.stats import paired_delta
-from talktosolve.talk import talk_metrics, team_talk
+from talktosolve.team.talk import talk_metrics, team_talk
 
 __all__ = ["ARMS", "Arm", "Protocol", "Split", "grade_answer", "paired_delta", "split_problem", "talk_metrics",
            "team_talk", "__version__"]

@@ -142,7 +142,7 @@ def _checking(out: Path):
 
 def _problems(cfg, out: Path):
     """(train, test, eligibility): read before any model is looked for, so a bad `--gsm8k` is named first."""
-    from talktosolve.tasks import load_problems
+    from talktosolve.task.tasks import load_problems
 
     return load_problems(cfg, out / "data")
 
@@ -150,7 +150,7 @@ def _problems(cfg, out: Path):
 def _preflight(cfg) -> None:
     """Find the run's device and its model's tokenizer before anything is written: a mistyped model path or
     device then leaves no half-made folder behind."""
-    from talktosolve.policy import load_tokenizer, resolve_device
+    from talktosolve.model.policy import load_tokenizer, resolve_device
 
     _quiet_hub_bars()
     resolve_device(cfg.device)
@@ -171,7 +171,7 @@ def _reach_hub(name: str) -> None:
     lines. A copy in the cache is then used offline; without one, a ModelError says what to do."""
     import os
 
-    from talktosolve.policy import BUILTIN_MODELS, ModelError
+    from talktosolve.model.policy import BUILTIN_MODELS, ModelError
 
     if (Path(name).expanduser().exists() or name.endswith(".gguf") or not _HUB_ID.fullmatch(name)
             or name in BUILTIN_MODELS):
@@ -235,7 +235,7 @@ def _common(p, *, log: bool = True):
 
 
 def cmd_data(args) -> int:
-    from talktosolve.data import build_datasets, format_summary
+    from talktosolve.task.data import build_datasets, format_summary
 
     summary = build_datasets(args.gsm8k, args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
                              strict=args.strict)
@@ -254,10 +254,10 @@ def cmd_train(args) -> int:
         train_set, _, _ = _problems(cfg, out)
         _preflight(cfg)
         loggers = _loggers(args, out)
-    from talktosolve.train import train
+    from talktosolve.experiment.train import train
 
     train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=loggers)
-    from talktosolve.distributed import world
+    from talktosolve.learning.distributed import world
 
     if world()[0] == 0:
         print(f"trained {args.arm} seed {args.seed}: {out}/final (metrics in {out}/metrics.jsonl)")
@@ -274,7 +274,7 @@ def cmd_eval(args) -> int:
     with _checking(out):
         _, test_set, _ = _problems(cfg, out)
         _preflight(cfg)
-    from talktosolve.evaluate import evaluate
+    from talktosolve.experiment.evaluate import evaluate
 
     summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, roles=roles or None, progress=not args.quiet)
     talk = summary["talk"]
@@ -335,7 +335,7 @@ def cmd_influence(args) -> int:
     cfg = make_config(preset, parse_overrides(args.set or []))
     _pin(cfg)
     _quiet_hub_bars()
-    from talktosolve.replay import replay_influence  # torch loads here, after the pins
+    from talktosolve.experiment.replay import replay_influence  # torch loads here, after the pins
 
     def announce(messages: int, seconds: float) -> None:
         print(f"influence: {messages} replayed messages, about {seconds:.0f} s at the evaluation's own pace",
@@ -368,8 +368,8 @@ def cmd_recipe(args) -> int:
     with _checking(out):
         _problems(cfg, out)  # built into out/data once; the recipe reads them there
         _preflight(cfg)
-    from talktosolve.recipe import run_recipe
-    from talktosolve.report import terminal_summary
+    from talktosolve.experiment.recipe import run_recipe
+    from talktosolve.experiment.report import terminal_summary
 
     results = run_recipe(cfg, out, preset=args.preset, progress=not args.quiet,
                          loggers_for=(lambda name: _loggers(args, out / "runs" / name)) if args.log else None)
@@ -379,7 +379,7 @@ def cmd_recipe(args) -> int:
 
 
 def cmd_diagnose(args) -> int:
-    from talktosolve.diagnose import diagnose, table, write_diagnosis
+    from talktosolve.experiment.diagnose import diagnose, table, write_diagnosis
 
     found = diagnose(Path(args.folder), bins=args.bins)
     if not found["runs"] and not found["evals"]:
@@ -497,9 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_USER_ERRORS = {"talktosolve.data": "DataError", "talktosolve.policy": "ModelError",
-                 "talktosolve.train": "TrainingError", "talktosolve.tracking": "TrackingError",
-                 "talktosolve.influence": "InfluenceError", "talktosolve.evaluate": "EvaluationError"}
+_USER_ERRORS = {"talktosolve.task.data": "DataError", "talktosolve.model.policy": "ModelError",
+                 "talktosolve.experiment.train": "TrainingError", "talktosolve.tracking": "TrackingError",
+                 "talktosolve.team.influence": "InfluenceError", "talktosolve.experiment.evaluate": "EvaluationError"}
 
 
 def user_errors() -> tuple[type[Exception], ...]:

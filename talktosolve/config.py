@@ -254,7 +254,7 @@ class EvalConfig:
     influence: bool = setting(False)
     """Recipe: after the evaluations, replay each team evaluation (the untrained team and every trained run, in
     its own arm) with one message at a time ablated, and report each message's influence on its listeners
-    (`talktosolve.influence`). On in the micro, micro-partners, micro-partners-all, micro-roles, tiny and tiny-3
+    (`talktosolve.team.influence`). On in the micro, micro-partners, micro-partners-all, micro-roles, tiny and tiny-3
     presets; it costs, per replayed chat, (1 + ablations) x the turns after each message, and the recipe prints
     its estimate before it runs."""
     influence_problems: int = setting(100)

@@ -145,7 +145,7 @@ def holds_roles(path: str | Path) -> bool:
 
 def check_source(path: str | Path, *, built: bool) -> Path:
     """A GSM8K source: a .jsonl/.parquet file or a folder of them; `built` also accepts problems written by
-    `talktosolve data`. The files inside are checked where they are read (`talktosolve.data`)."""
+    `talktosolve data`. The files inside are checked where they are read (`talktosolve.task.data`)."""
     path = Path(path)
     if path.is_file():
         return path

@@ -73,9 +73,9 @@ def tiny_recipe(tiny_model_dir, tmp_path_factory) -> RecipeRun:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file, fetched on first use (`python -m talktosolve.smollm2`)."""
+    """The SmolLM2-135M-Instruct GGUF file, fetched on first use (`python -m talktosolve.model.smollm2`)."""
     pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[test]')")
-    from talktosolve.smollm2 import FetchError, fetch
+    from talktosolve.model.smollm2 import FetchError, fetch
 
     try:
         return fetch()
@@ -90,7 +90,7 @@ def smollm2(smollm2_gguf):
     import torch
 
     from talktosolve.config import make_config
-    from talktosolve.policy import load_base, load_tokenizer
+    from talktosolve.model.policy import load_base, load_tokenizer
 
     # The micro preset's short prompts: SmolLM2 ends most of its messages to them, at different lengths.
     cfg = make_config("micro", {"model": {"name_or_path": str(smollm2_gguf), "finetune": "lora", "lora_r": 4,

@@ -31,7 +31,7 @@ def stock_greedy(model, prompt, n):
 def hf_greedy(model, batch: list[list[int]], limit: int, stops: list[int]) -> list[list[int]]:
     """transformers' greedy `generate` over the left-padded prompts, each row ending at its first stop id (kept)
     or at the limit."""
-    from talktosolve.engine import cut_at_stop, left_pad
+    from talktosolve.sampling.engine import cut_at_stop, left_pad
 
     ids, mask = left_pad(batch, stops[0], model.device)
     out = model.generate(ids, attention_mask=mask, max_new_tokens=limit, do_sample=False, eos_token_id=stops,

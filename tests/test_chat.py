@@ -3,7 +3,7 @@
 import pytest
 
 from talktosolve.arms import ARMS, NO_MESSAGE, Arm
-from talktosolve.chat import Seat, render_view, view
+from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.config import ChatConfig
 from talktosolve.protocol import protocol_of
 

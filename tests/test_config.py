@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from talktosolve.config import EVAL, RUN, Config, ConfigError, config_key, make_config, parse_overrides
-from talktosolve.evaluate import eval_key
-from talktosolve.train import run_config
+from talktosolve.experiment.evaluate import eval_key
+from talktosolve.experiment.train import run_config
 
 
 def _fields(section, where=""):

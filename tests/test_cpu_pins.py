@@ -64,7 +64,7 @@ def test_results_record_the_pins_and_threads(monkeypatch):
 
     from talktosolve.config import make_config
     from talktosolve.protocol import protocol_of
-    from talktosolve.recipe import run_facts
+    from talktosolve.experiment.recipe import run_facts
 
     for name in PINS:  # restored after the test
         monkeypatch.setenv(name, "unset")
@@ -82,7 +82,7 @@ def test_results_record_the_pins_and_threads(monkeypatch):
             assert facts["cpu"]["pins"] == PINS
     finally:
         torch.set_num_threads(threads)
-    schema = json.loads((Path(cpu_pins.__file__).parent / "results.schema.json").read_text())
+    schema = json.loads((Path(cpu_pins.__file__).parent / "experiment" / "results.schema.json").read_text())
     stamps = {"started": "2026-12-03T00:00:00+00:00", "finished": "2026-12-03T00:01:00+00:00"}  # the recipe's
     validate({**facts, **stamps}, {**schema["properties"]["run"], "$defs": schema["$defs"]})
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from talktosolve.data import (DataError, Problem, build_datasets, choose, format_summary, load_gsm8k, parse_gold,
+from talktosolve.task.data import (DataError, Problem, build_datasets, choose, format_summary, load_gsm8k, parse_gold,
                               read_problems, write_problems)
-from talktosolve.numbers import has_number
-from talktosolve.split import split_problem
+from talktosolve.task.numbers import has_number
+from talktosolve.task.split import split_problem
 
 REAL_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 
@@ -317,7 +317,7 @@ def test_real_gsm8k(tmp_path):
 
 def test_a_first_line_that_is_not_utf8_leaves_a_folder_read_as_raw_gsm8k(tmp_path, gsm):
     from talktosolve.config import make_config
-    from talktosolve.tasks import load_problems
+    from talktosolve.task.tasks import load_problems
 
     train = gsm / "train.jsonl"
     train.write_bytes(b"\xff\n" + train.read_bytes())

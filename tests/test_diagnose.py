@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from talktosolve.cli import main
-from talktosolve.diagnose import chat_figures, diagnose, final_turns, signal, table, training_figures, verdict
+from talktosolve.experiment.diagnose import chat_figures, diagnose, final_turns, signal, table, training_figures, verdict
 from talktosolve.store import read_json
 
 

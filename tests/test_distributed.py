@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from talktosolve.grpo import Sample, grpo_update
+from talktosolve.learning.grpo import Sample, grpo_update
 
 pytestmark = pytest.mark.slow
 

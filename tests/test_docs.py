@@ -30,14 +30,14 @@ What is checked, on every page (README.md and docs/*.md):
    (`1,234` reads as 1234; a sign counts, a `%` does not: write `100 * share`). An EXPR that gives a tuple
    checks that many numbers, in order (`4.38-4.81 s<!-- = min(xs), max(xs) -->`).
 4. Quotes. A fenced block right after `<!-- quote: MODULE.py -->` must appear verbatim in that module's
-   docstring (design.md quotes the learner's, `talktosolve/grpo.py`).
+   docstring (design.md quotes the learner's, `talktosolve/learning/grpo.py`).
 5. Python. Every ```python block compiles, its imports work and the attributes it reads from imported modules
    exist; a block right after `<!-- test: run -->` is also executed (in a temporary folder).
-6. `docs/results.md` names every field of `talktosolve/results.schema.json`.
+6. `docs/results.md` names every field of `talktosolve/experiment/results.schema.json`.
 7. A recipe's terminal summary quoted on several pages (a ```text block that starts `talktosolve: preset`) is
    the same on each.
 8. Names. An inline code span that names a config field (`train.lr`; `--set train.lr=3e-4` must also parse)
-   or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.report.terminal_summary`) names
+   or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.experiment.report.terminal_summary`) names
    one that exists.
 
 `test_counts` prints how many commands, links, figures, names, quotes and Python blocks were checked
@@ -60,6 +60,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "talktosolve"
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -542,7 +543,7 @@ def test_python_block(block, tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------ 6, 7. results.md, summaries
 
 def test_results_md_names_every_schema_field():
-    schema = json.loads((ROOT / "talktosolve" / "results.schema.json").read_text())
+    schema = json.loads((PACKAGE / "experiment" / "results.schema.json").read_text())
     names = set()
 
     def walk(node):
@@ -580,7 +581,7 @@ NAME_SPAN = re.compile(r"(?:--set )?(?P<key>[a-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:=(?P
 
 def names(page: Path) -> list[tuple[str, str]]:
     """(where, span) for every inline code span that names a config field (`train.lr`, `--set train.lr=3e-4`)
-    or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.report.terminal_summary`)."""
+    or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.experiment.report.terminal_summary`)."""
     prose, _ = split_page(page)
     found = []
     for line in prose:
@@ -595,15 +596,24 @@ def names(page: Path) -> list[tuple[str, str]]:
     return found
 
 
-def _module(name: str):
-
+def _qualified(name: str) -> str | None:
+    """The module a page names by its short name (`grpo`, the folder left out as prose does), or by its path from
+    the package (`learning.grpo`): `talktosolve.learning.grpo`; None when there is none."""
     if name == "talktosolve":
-        return importlib.import_module(name)
-    try:
-        spec = importlib.util.find_spec(f"talktosolve.{name}")
-    except (ImportError, ValueError):
-        return None
-    return importlib.import_module(f"talktosolve.{name}") if spec else None
+        return name
+    for dotted in (f"talktosolve.{name}", *(f"talktosolve.{p.name}.{name}" for p in sorted(PACKAGE.iterdir())
+                                            if (p / "__init__.py").is_file())):
+        try:
+            if importlib.util.find_spec(dotted):
+                return dotted
+        except (ImportError, ValueError):
+            continue
+    return None
+
+
+def _module(name: str):
+    dotted = _qualified(name)
+    return importlib.import_module(dotted) if dotted else None
 
 
 def _config_field(parts: list[str]) -> bool:
@@ -621,6 +631,8 @@ def _config_field(parts: list[str]) -> bool:
 
 def _attribute(parts: list[str]) -> bool:
     """Whether `talktosolve.PARTS` (or PARTS, when it starts with `talktosolve`) exists, importing submodules."""
+    if parts[0] != "talktosolve" and _qualified(parts[0]):
+        parts = [*_qualified(parts[0]).split("."), *parts[1:]]
     path = parts if parts[0] == "talktosolve" else ["talktosolve", *parts]
     obj = importlib.import_module("talktosolve")
     for i, part in enumerate(path[1:], 2):

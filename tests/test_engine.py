@@ -4,8 +4,8 @@ static engine does not know run on."""
 import torch
 from helpers import prompts, stock_greedy, tiny
 
-from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
-from talktosolve.fast_engine import StaticEngine, make_engine
+from talktosolve.sampling.engine import Engine, Session, cut_at_stop, left_pad
+from talktosolve.sampling.fast_engine import StaticEngine, make_engine
 
 
 def test_near_zero_temperature_is_greedy_and_matches_stock_generate():

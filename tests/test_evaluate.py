@@ -3,7 +3,7 @@
 import pytest
 
 from talktosolve.config import make_config
-from talktosolve.evaluate import evaluate
+from talktosolve.experiment.evaluate import evaluate
 from talktosolve.micro.task import make_problems
 
 
@@ -31,13 +31,13 @@ def test_a_gpu_out_of_memory_in_an_evaluation_ends_in_one_line_naming_the_batch_
                                                                                            capsys):
     import torch
 
-    import talktosolve.evaluate
+    import talktosolve.experiment.evaluate
     from talktosolve.cli import main
 
     def out_of_memory(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(talktosolve.evaluate, "play_chats", out_of_memory)
+    monkeypatch.setattr(talktosolve.experiment.evaluate, "play_chats", out_of_memory)
     out = tmp_path / "ev"
     assert main(["eval", "--preset", "tiny", "--arm", "chat", "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from talktosolve.config import make_config
-from talktosolve.evaluate import Team, evaluate_teams, slot_lineups, _seat
+from talktosolve.experiment.evaluate import Team, evaluate_teams, slot_lineups, _seat
 from talktosolve.protocol import protocol_of
 from talktosolve.store import read_json, read_jsonl
-from talktosolve.tasks import load_problems
-from talktosolve.train import train_runs
+from talktosolve.task.tasks import load_problems
+from talktosolve.experiment.train import train_runs
 
 
 def config(device="cpu", **eval_):
@@ -32,7 +32,7 @@ def config(device="cpu", **eval_):
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     """Two LoRA runs of the chat arm whose adapters learned (stand-in rewards: a random model is never right)."""
-    import talktosolve.reward
+    import talktosolve.team.reward
 
     def score(chats, protocol):
         for c in chats:
@@ -41,8 +41,8 @@ def two_runs(tmp_path_factory):
             c.correct = {seat: right for seat in protocol.seats}
             c.reward = float(right)
 
-    real = talktosolve.reward.score_chats
-    talktosolve.reward.score_chats = score
+    real = talktosolve.team.reward.score_chats
+    talktosolve.team.reward.score_chats = score
     try:
         cfg = config()
         train_set, _, _ = load_problems(cfg)
@@ -50,7 +50,7 @@ def two_runs(tmp_path_factory):
         runs = [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
         train_runs(cfg, runs, train_set, progress=False)
     finally:
-        talktosolve.reward.score_chats = real
+        talktosolve.team.reward.score_chats = real
     # Two short steps barely move a greedy message: set each adapter's B to weights of its own, so that every
     # slot (and the base) writes other messages and a row read through the wrong one would show.
     for k, (*_, out) in enumerate(runs):
@@ -72,7 +72,7 @@ def teams(runs, root):
                                     pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_evaluations_played_together_equal_one_at_a_time_under_greedy_decoding(two_runs, tmp_path, monkeypatch,
                                                                                device):
-    import talktosolve.evaluate as ev
+    import talktosolve.experiment.evaluate as ev
 
     cfg_alone, cfg_together = config(device), config(device, batch_evals=6)
     _, test_set, _ = load_problems(cfg_alone)
@@ -99,7 +99,7 @@ def test_groups_of_evaluations_are_as_equal_as_batch_evals_allows_and_share_one_
                                                                                             monkeypatch):
     """Six evaluations at batch_evals=4 are played as two groups of 3 (not 4 and 2), the second in the first's
     slot engine (the base is loaded once), and each evaluation's chats are those of one at a time (greedy)."""
-    import talktosolve.evaluate as ev
+    import talktosolve.experiment.evaluate as ev
 
     cfg = config(batch_evals=4)
     _, test_set, _ = load_problems(cfg)
@@ -146,7 +146,7 @@ def test_adapters_of_another_shape_are_not_put_in_one_engine(two_runs, tmp_path)
 def test_an_out_of_memory_in_evaluations_played_together_names_batch_evals():
     import torch
 
-    from talktosolve.evaluate import EvaluationError, says_what_to_lower
+    from talktosolve.experiment.evaluate import EvaluationError, says_what_to_lower
 
     cfg = config(batch_evals=8)
     with pytest.raises(EvaluationError, match=r"eval\.batch_evals \(now 8; --set eval\.batch_evals=4\)"):
@@ -157,7 +157,7 @@ def test_an_out_of_memory_in_evaluations_played_together_names_batch_evals():
 @pytest.mark.slow
 def test_the_recipe_with_batch_evals_writes_every_evaluation_and_reruns_as_a_no_op(tiny_model_dir, tmp_path):
     from talktosolve.cli import main
-    from talktosolve.results import validate_results
+    from talktosolve.experiment.results import validate_results
 
     args = ["recipe", "--preset", "tiny", "--out", str(tmp_path / "rec"), "--quiet",
             "--set", f"model.name_or_path={tiny_model_dir}", "--set", "model.finetune=lora",

@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
-from talktosolve.fast_engine import StaticEngine
-from talktosolve.grpo import Sample, _pad_right, token_logprobs
+from talktosolve.sampling.fast_engine import StaticEngine
+from talktosolve.learning.grpo import Sample, _pad_right, token_logprobs
 
 
 def check_greedy(model, device):
@@ -101,7 +101,7 @@ def check_sampling_kernel(device, rows: int, steps: int, graph: bool):
     """`decode_sampling.sample` over 8 logits: draws advance with the step (in a CUDA graph: at every replay), a
     (seed, step) draws the same again, and the draws follow softmax(z / T) (each frequency within 5 standard
     errors); and a dominant logit is found in any chunk of a longer row."""
-    from talktosolve.decode_sampling import sample
+    from talktosolve.sampling.decode_sampling import sample
 
     z = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5])
     T = 0.5
@@ -178,7 +178,7 @@ import sys
 import torch
 sys.path.insert(0, "tests")  # where pytest finds the helpers
 from helpers import prompts, tiny
-from talktosolve.fast_engine import StaticEngine
+from talktosolve.sampling.fast_engine import StaticEngine
 engine = StaticEngine(tiny(device="cuda"), stop_ids=[96], pad_id=0, force_max_length=True)
 g = torch.Generator(device="cuda").manual_seed(0)
 assert len(engine.generate(prompts(97, [5, 6]), 8, g)[0]) == 8  # the process's first capture
@@ -209,7 +209,7 @@ def check_attention_kernel(device, dtype, atol):
     columns hold NaN: a kernel that loaded them would carry NaN into its output (0 x NaN in the value product),
     so equality shows they are never read; with `read_padding=True` (the benchmarks' baseline) and finite
     padding it gives the same attention."""
-    from talktosolve.decode_attention import attend
+    from talktosolve.sampling.decode_attention import attend
 
     g = torch.Generator().manual_seed(0)
     for B, H, G, D, L, n in [(3, 2, 2, 16, 256, 200), (2, 2, 6, 128, 384, 300), (2, 1, 1, 32, 128, 1),
@@ -242,7 +242,7 @@ import torch
 sys.path.insert(0, "tests")  # where pytest finds the helpers
 from helpers import lora_model, tiny
 from tests.test_fast_engine import check_attention_kernel, check_greedy, check_logprobs, check_session, check_slots
-from talktosolve.fast_engine import StaticEngine
+from talktosolve.sampling.fast_engine import StaticEngine
 assert StaticEngine(tiny(), stop_ids=[96], pad_id=0).attention_kernel, "the engine should pick the kernel"
 check_attention_kernel("cpu", torch.float32, atol=1e-5)
 check_greedy(tiny(), "cpu")
@@ -273,7 +273,7 @@ def test_decode_attention_kernel_under_the_triton_interpreter():
 def test_the_attention_splits_a_row_only_while_the_batch_leaves_sms_idle():
     """`splits_for`: a power of two that brings pairs x splits to the programs it aims at and no further, at most
     MAX_SPLITS, and never more spans than a cache has blocks."""
-    from talktosolve.decode_attention import BLOCK, MAX_SPLITS, PROGRAMS, splits_for
+    from talktosolve.sampling.decode_attention import BLOCK, MAX_SPLITS, PROGRAMS, splits_for
 
     assert splits_for(64, 1536) == 8  # 32 rows x 2 KV heads
     assert splits_for(384, 1536) == splits_for(1280, 1536) == 1  # a six-run turn's 192 rows, evaluation's 640
@@ -287,7 +287,7 @@ def test_the_attention_splits_a_row_only_while_the_batch_leaves_sms_idle():
 
 
 def test_the_engine_keeps_the_portable_attention_where_the_kernel_cannot_run(monkeypatch):
-    from talktosolve import decode_attention
+    from talktosolve.sampling import decode_attention
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert not decode_attention.available(torch.device("cpu"), 128)  # no interpreter: a CPU has no Triton kernel
@@ -326,7 +326,7 @@ def test_a_session_reads_only_the_new_tokens_and_changes_nothing():
 def check_session(model):
     """A copy's second turn with its first turn's cache gives what a fresh engine reading the whole prompt gives;
     a row whose prompt does not extend what the session holds is read whole."""
-    from talktosolve.engine import Session
+    from talktosolve.sampling.engine import Session
 
     first = prompts(97, [5, 17, 9, 30])
     with_cache = StaticEngine(model, stop_ids=[96], pad_id=0, greedy=True, record_logprobs=True)
@@ -351,10 +351,10 @@ def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
     from talktosolve.config import make_config
     from talktosolve.micro.base import load_micro_base
     from talktosolve.micro.task import make_problems
-    from talktosolve.policy import stop_ids
+    from talktosolve.model.policy import stop_ids
     from talktosolve.arms import ARMS
     from talktosolve.protocol import protocol_of
-    from talktosolve.rollout import Player, play_chats
+    from talktosolve.sampling.rollout import Player, play_chats
 
     cfg = make_config("micro")
     protocol = protocol_of(cfg.chat)

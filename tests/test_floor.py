@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from talktosolve.engine import Session
-from talktosolve.fast_engine import StaticEngine
-from talktosolve.rollout import Turn
+from talktosolve.sampling.engine import Session
+from talktosolve.sampling.fast_engine import StaticEngine
+from talktosolve.sampling.rollout import Turn
 
 from helpers import prompts, tiny
 

@@ -44,7 +44,7 @@ def test_a_snapshot_partner_holds_the_learners_weights_of_the_latest_multiple_of
 
 @FINETUNES
 def test_resume_with_a_snapshot_partner_equals_uninterrupted(tmp_path, monkeypatch, finetune):
-    import talktosolve.checkpoint as checkpoint
+    import talktosolve.model.checkpoint as checkpoint
 
     extra = SNAPSHOT + ["train.checkpoint_every=1"] + finetune
     whole, part = tmp_path / "whole", tmp_path / "part"
@@ -68,7 +68,7 @@ def test_resume_with_a_snapshot_partner_equals_uninterrupted(tmp_path, monkeypat
 
 
 def test_a_finished_run_as_the_partner_counts_by_its_key_not_its_path(tmp_path):
-    from talktosolve.train import run_config
+    from talktosolve.experiment.train import run_config
 
     first = tmp_path / "first"
     assert _train(first, ["train.steps=2"]) == 0
@@ -91,7 +91,7 @@ def test_a_partner_that_is_no_folder_fails_in_one_line(tmp_path):
 
 def _count_calls(monkeypatch):
     """Each StaticEngine call's `adapters=` (a row's slot, None for the base), in order."""
-    from talktosolve import fast_engine
+    from talktosolve.sampling import fast_engine
 
     calls = []
     real = fast_engine.StaticEngine.generate
@@ -140,8 +140,8 @@ def test_a_finished_lora_run_as_the_partner_samples_in_the_learners_engine_unles
 def test_weights_stored_in_a_slot_sample_as_a_model_holding_them_and_leave_the_model_as_it_was():
     from helpers import lora_model, prompts, set_adapter_weights
 
-    from talktosolve.fast_engine import StaticEngine
-    from talktosolve.frozen import store_in_slot
+    from talktosolve.sampling.fast_engine import StaticEngine
+    from talktosolve.experiment.frozen import store_in_slot
 
     model = lora_model()
     set_adapter_weights(model, 1)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from talktosolve.grading import extract_answer, grade_answer, grade_many, last_boxed, numeric_value
+from talktosolve.task.grading import extract_answer, grade_answer, grade_many, last_boxed, numeric_value
 
 # A hostile comparison may run to the math-verify timeout, then its worker is replaced; allow both plus slack.
 TIMEOUT = 1.0
@@ -183,7 +183,7 @@ BEYOND = [r"9^{9^{9^{9^{9}}}}", r"10^{10^{100}}", r"9^{9^{9}}", r"2^{2^{2^{2^{2^
 
 @pytest.mark.parametrize("boxed", BEYOND, ids=lambda v: v[:24])
 def test_numbers_beyond_any_answer_are_wrong_in_the_bound_with_a_cold_worker(boxed):
-    import talktosolve.grading as grading
+    import talktosolve.task.grading as grading
 
     grading._shutdown()  # a comparison now would have to start a worker first
     result, seconds = timed(grade_answer, rf"\boxed{{{boxed}}}", "1")
@@ -202,7 +202,7 @@ def test_after_a_timeout_the_grader_still_works():
 
 
 def test_a_timeout_does_not_make_the_next_comparison_wait_for_a_worker_to_start():
-    import talktosolve.grading as grading
+    import talktosolve.task.grading as grading
 
     grading._shutdown()
     killed = []
@@ -261,7 +261,7 @@ def test_number_equals_itself_in_any_dress(value):
 
 
 def test_no_math_verify_means_only_numbers_grade(monkeypatch):
-    import talktosolve.grading as grading
+    import talktosolve.task.grading as grading
 
     grading._shutdown()
     monkeypatch.setattr(grading, "_WORKER_SOURCE", "import sys; print('{\"error\": \"no\"}', flush=True)")

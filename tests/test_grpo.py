@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from talktosolve.grpo import Sample, group_advantages, grpo_update, microbatches, to_sequences, token_logprobs
+from talktosolve.learning.grpo import Sample, group_advantages, grpo_update, microbatches, to_sequences, token_logprobs
 
 
 def test_advantage_is_group_centred_without_std_scaling():
@@ -100,7 +100,7 @@ def test_token_logprobs_match_a_direct_computation():
     torch.manual_seed(0)
     model = Toy()
     samples = [Sample([1, 2, 3], [4, 5], 1.0, 0), Sample([6], [7, 8, 9, 10], -1.0, 0)]
-    from talktosolve.grpo import _pad_right
+    from talktosolve.learning.grpo import _pad_right
 
     ids, comp, _ = _pad_right(samples, 0, "cpu")
     got = token_logprobs(model, ids, comp, chunk=3)
@@ -113,7 +113,7 @@ def check_chosen_logprobs(device, dtype, atol):
     the same log-probs and the same gradient with respect to the hidden states, over chunks of uneven length."""
     from torch.utils.checkpoint import checkpoint
 
-    from talktosolve.grpo import ChosenLogprobs, _chunk_logprobs
+    from talktosolve.learning.grpo import ChosenLogprobs, _chunk_logprobs
 
     g = torch.Generator().manual_seed(0)
     n, H, V, chunk = 300, 64, 1000, 128
@@ -148,7 +148,7 @@ def test_logprobs_with_the_gradient_taken_forward_equal_checkpointed_chunks_on_g
 def test_the_compiled_head_softmax_gives_the_eager_passes_log_probs_and_softmax_minus_onehot_on_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    from talktosolve.grpo import _compiled_softmax, _softmax_minus_onehot
+    from talktosolve.learning.grpo import _compiled_softmax, _softmax_minus_onehot
 
     g = torch.Generator().manual_seed(0)
     for n in (1024, 300):  # a whole chunk, then a shorter last one (one dynamic-shape compilation serves both)
@@ -185,8 +185,8 @@ def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
     from helpers import prompts, tiny
 
     from talktosolve.config import ModelConfig
-    from talktosolve.grpo import _pad_right
-    from talktosolve.policy import compile_layers
+    from talktosolve.learning.grpo import _pad_right
+    from talktosolve.model.policy import compile_layers
 
     samples = [Sample(p, [5, 6, 7], 0.0, i) for i, p in enumerate(prompts(97, [6, 13, 21]))]
     ids, comp, _ = _pad_right(samples, 0, "cpu")
@@ -244,7 +244,7 @@ def test_kl_penalty_adds_beta_times_the_k3_gradient_over_every_token():
     every message (zero advantages included), with the reference a frozen copy; stats.kl is the mean k3."""
     import copy
 
-    from talktosolve.grpo import kl_k3
+    from talktosolve.learning.grpo import kl_k3
 
     torch.manual_seed(0)
     samples = [Sample([1, 2], [3, 4, 5], 0.5, 0), Sample([2, 1], [6], 0.0, 1), Sample([3], [7, 8], -0.5, 2)]
@@ -293,7 +293,7 @@ def test_kl_penalty_under_lora_reads_the_reference_with_the_adapter_off(tiny_mod
 
     import functools
 
-    from talktosolve.grpo import _pad_right, _reference_logprobs
+    from talktosolve.learning.grpo import _pad_right, _reference_logprobs
 
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules="all-linear"))
@@ -317,7 +317,7 @@ def test_the_learner_reads_the_samplers_distribution_at_its_temperature():
     torch.manual_seed(0)
     model = Toy()
     s = Sample([1, 2, 3], [4, 5, 6], 1.0, 0)
-    from talktosolve.grpo import _pad_right
+    from talktosolve.learning.grpo import _pad_right
 
     ids, comp, _ = _pad_right([s], 0, "cpu")
     h = model.emb(torch.tensor([s.prompt_ids + s.completion_ids])).cumsum(1)

@@ -6,9 +6,9 @@ import random
 import pytest
 
 from talktosolve.arms import NO_MESSAGE
-from talktosolve.influence import (Outcome, ablations, differences, figures, includes_zero, own_only, positions,
+from talktosolve.team.influence import (Outcome, ablations, differences, figures, includes_zero, own_only, positions,
                                    renumber)
-from talktosolve.numbers import numbers_in
+from talktosolve.task.numbers import numbers_in
 from talktosolve.protocol import Protocol
 from talktosolve.stats import t_quantile
 

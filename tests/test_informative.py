@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from talktosolve.informative import chosen, enough, informative, more_problems
+from talktosolve.learning.informative import chosen, enough, informative, more_problems
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,36 @@ def test_every_import_points_to_its_own_floor_or_a_lower_one():
     assert not found, "imports that point up:\n" + "\n".join(found)
 
 
+FOLDERS = ("", "task", "team", "model", "sampling", "learning", "experiment")
+"""The folders, low to high ("": the package's own modules: config, arms, protocol, store, stats, cpu_pins); the
+command line (`cli`, `__main__`, `folders`, `tracking`) stands above them all. `micro/` is a task and the models
+built for it: its task modules stand with `task/`, its bases with `model/`."""
+ENTRY = {"cli", "__main__", "folders", "tracking"}
+MICRO_TASK = {"micro.task", "micro.prompts", "micro.script", "micro.tokenizer"}
+
+
+def folder_level(module: str) -> int:
+    if module in ENTRY:
+        return len(FOLDERS)
+    if module.split(".")[0] == "micro":
+        return FOLDERS.index("task" if module in MICRO_TASK else "model")
+    head = module.split(".")[0]
+    return FOLDERS.index(head) if head in FOLDERS else 0
+
+
+def test_every_import_points_to_its_own_folder_or_a_lower_one():
+    graph = imports(PACKAGE)
+    found = [f"{a} -> {b}" for a in sorted(graph) for b in sorted(graph[a])
+             if a != PACKAGE.name and folder_level(b) > folder_level(a)]
+    assert not found, "imports from a folder higher up:\n" + "\n".join(found)
+
+
+def test_every_folder_says_its_purpose_in_one_line():
+    for name in FOLDERS[1:]:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
+        assert doc and len(doc.splitlines()) == 1, f"talktosolve/{name}/__init__.py: its purpose in one line"
+
+
 # ------------------------------------------------------------------------------------------------ the reader
 
 def test_the_reader_finds_circles_and_arrows_up_in_a_made_up_package(tmp_path):

@@ -7,9 +7,9 @@ backward, through a whole update."""
 import pytest
 import torch
 
-from talktosolve import grpo, learn_packing
-from talktosolve import prefill_attention as pa
-from talktosolve.grpo import Sample, Sequence, packed_token_logprobs, to_sequences, token_logprobs
+from talktosolve.learning import grpo, learn_packing
+from talktosolve.sampling import prefill_attention as pa
+from talktosolve.learning.grpo import Sample, Sequence, packed_token_logprobs, to_sequences, token_logprobs
 
 from helpers import lora_model, prompts, set_adapter_weights
 

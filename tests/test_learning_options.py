@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from talktosolve.config import make_config
-from talktosolve.informative import chosen, informative
+from talktosolve.learning.informative import chosen, informative
 from talktosolve.store import read_jsonl
-from talktosolve.tasks import load_problems
-from talktosolve.train import is_done, run_config, train, train_runs
+from talktosolve.task.tasks import load_problems
+from talktosolve.experiment.train import is_done, run_config, train, train_runs
 from talktosolve.config import config_key
 
 DATA = Path(__file__).parent / "data"
@@ -124,15 +124,15 @@ def test_a_pool_trains_only_on_problems_the_untrained_team_solved_and_is_played_
 
 
 def test_a_pool_smaller_than_a_step_fails_in_one_line_naming_the_settings(tmp_path):
-    import talktosolve.pool as pool
-    from talktosolve.train import TrainingError
+    import talktosolve.experiment.pool as pool
+    from talktosolve.experiment.train import TrainingError
 
     cfg = micro_config(pool_chats=2, pool_min=2, problems_per_step=4)
     problems, _, _ = load_problems(cfg, tmp_path / "data")
     folder = tmp_path / "pool" / "chat"
     folder.mkdir(parents=True)
     # A finished pre-pass in which the untrained team solved nothing twice: nothing is played again.
-    from talktosolve.evaluate import Team, _seat
+    from talktosolve.experiment.evaluate import Team, _seat
     from talktosolve.protocol import protocol_of
 
     key = _seat(pool.pool_config(cfg, len(problems)), protocol_of(cfg.chat), Team(folder, "chat", {})).key

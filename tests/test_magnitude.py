@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from talktosolve import magnitude
-from talktosolve.magnitude import beyond_any_answer
+from talktosolve.task import magnitude
+from talktosolve.task.magnitude import beyond_any_answer
 
 
 @pytest.mark.parametrize("boxed", [

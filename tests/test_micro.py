@@ -7,17 +7,17 @@ import random
 import pytest
 
 from talktosolve.arms import ARMS
-from talktosolve.chat import Seat, render_view, view
-from talktosolve.grading import grade_answer
+from talktosolve.team.chat import Seat, render_view, view
+from talktosolve.task.grading import grade_answer
 from talktosolve.micro import script
 from talktosolve.micro.base import Corpus, load_micro_base, pretrain, solo_view, task_facts
 from talktosolve.micro.prompts import MICRO_PROMPTS, micro_chat_config
 from talktosolve.micro.task import (answer_from_facts, best_guess_from_half, guess_rate, make_problems,
                                     problem_text, read_fact)
 from talktosolve.micro.tokenizer import build_tokenizer, load_tokenizer
-from talktosolve.numbers import numbers_in
+from talktosolve.task.numbers import numbers_in
 from talktosolve.protocol import protocol_of
-from talktosolve.split import split_problem
+from talktosolve.task.split import split_problem
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import hf_greedy, set_adapter_weights
 
-from talktosolve.fast_engine import StaticEngine
+from talktosolve.sampling.fast_engine import StaticEngine
 
 
 def check_natural_stops(device, slots=0, **engine_options):
@@ -22,9 +22,9 @@ def check_natural_stops(device, slots=0, **engine_options):
     from talktosolve.config import make_config
     from talktosolve.micro.base import load_micro_base
     from talktosolve.micro.task import make_problems
-    from talktosolve.policy import stop_ids
+    from talktosolve.model.policy import stop_ids
     from talktosolve.protocol import protocol_of
-    from talktosolve.rollout import Player, play_chats
+    from talktosolve.sampling.rollout import Player, play_chats
 
     chat = make_config("micro").chat
     model, tok = load_micro_base()

@@ -3,7 +3,7 @@ in which the frozen seats get no gradient and do not count in the token normalis
 
 import pytest
 
-from talktosolve.partners import lineups, partner_seats
+from talktosolve.experiment.partners import lineups, partner_seats
 
 
 def test_partner_problems_are_the_share_drawn_from_seed_and_step():
@@ -27,12 +27,12 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
 
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
-    from talktosolve.fast_engine import make_engine
+    from talktosolve.sampling.fast_engine import make_engine
     from talktosolve.micro.task import make_problems
-    from talktosolve.policy import load_tokenizer
+    from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of
-    from talktosolve.rollout import Player, play_chats
-    from talktosolve.train import _learn
+    from talktosolve.sampling.rollout import Player, play_chats
+    from talktosolve.experiment.train import _learn
 
     cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},
                                 "chat": {"max_message_tokens": 6, "max_final_tokens": 8},
@@ -66,7 +66,7 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
 
 def test_a_run_without_partners_keeps_the_key_it_had_before_partners_existed():
     from talktosolve.config import make_config
-    from talktosolve.train import run_config
+    from talktosolve.experiment.train import run_config
 
     assert "partners" not in run_config(make_config("micro"), "chat", 0)["train"]
     assert run_config(make_config("micro", {"train": {"partners": 0.5}}), "chat", 0)["train"]["partners"] == 0.5

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from talktosolve.cli import main
-from talktosolve.results import find_eval, validate_results
+from talktosolve.experiment.results import find_eval, validate_results
 from talktosolve.store import read_jsonl
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def test_the_report_draws_the_matrix_and_a_rerun_skips_everything(run, capsys):
 def test_a_missing_cross_seed_evaluation_or_an_unasked_section_fails_with_its_path(run):
     import copy
 
-    from talktosolve.results import ResultsError
+    from talktosolve.experiment.results import ResultsError
 
     _, results = run
     broken = copy.deepcopy(results)

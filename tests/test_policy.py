@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from talktosolve.cli import main
-from talktosolve.policy import ModelError, gguf_file
+from talktosolve.model.policy import ModelError, gguf_file
 
 
 def dummy(path):

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from talktosolve.pool import keep, solved_counts
+from talktosolve.experiment.pool import keep, solved_counts
 
 
 @dataclass(frozen=True)

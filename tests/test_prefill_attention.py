@@ -7,10 +7,10 @@ GPU-marked test runs FlashAttention itself."""
 import pytest
 import torch
 
-from talktosolve import prefill_attention as pa
-from talktosolve.engine import Session
-from talktosolve.fast_engine import StaticEngine
-from talktosolve.fast_layers import block_mask
+from talktosolve.sampling import prefill_attention as pa
+from talktosolve.sampling.engine import Session
+from talktosolve.sampling.fast_engine import StaticEngine
+from talktosolve.sampling.fast_layers import block_mask
 
 from helpers import lora_model, prompts, set_adapter_weights, tiny
 

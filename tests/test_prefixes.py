@@ -5,9 +5,9 @@ session."""
 import pytest
 import torch
 
-from talktosolve.engine import Session
-from talktosolve.fast_engine import StaticEngine
-from talktosolve.prefixes import plan
+from talktosolve.sampling.engine import Session
+from talktosolve.sampling.fast_engine import StaticEngine
+from talktosolve.sampling.prefixes import plan
 
 from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
@@ -124,7 +124,7 @@ def _best_partition(rows, least):
     """The most tokens any split of sorted `rows` into consecutive stretches saves, by trying every split."""
     from itertools import product
 
-    from talktosolve.prefixes import run_between
+    from talktosolve.sampling.prefixes import run_between
 
     runs = [run_between(a, b) for a, b in zip(rows, rows[1:])]
     best = 0
@@ -140,7 +140,7 @@ def _best_partition(rows, least):
 
 
 def test_stretches_grown_row_by_row_save_what_the_best_split_saves():
-    from talktosolve.prefixes import Stretches, run_between
+    from talktosolve.sampling.prefixes import Stretches, run_between
 
     for seed in range(6):
         rows = sorted(views(problems=2, chats=4, seed=seed))

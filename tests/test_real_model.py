@@ -12,14 +12,14 @@ import torch
 from helpers import hf_greedy
 
 from talktosolve.arms import ARMS, NO_MESSAGE
-from talktosolve.chat import Seat, render_view, view
+from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.protocol import protocol_of
 from talktosolve.config import make_config
-from talktosolve.fast_engine import StaticEngine
-from talktosolve.grpo import Sample, _pad_right, token_logprobs
+from talktosolve.sampling.fast_engine import StaticEngine
+from talktosolve.learning.grpo import Sample, _pad_right, token_logprobs
 from talktosolve.micro.task import make_problems
-from talktosolve.policy import stop_ids
-from talktosolve.rollout import Player, play_chats
+from talktosolve.model.policy import stop_ids
+from talktosolve.sampling.rollout import Player, play_chats
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -152,14 +152,14 @@ def test_sampler_logprobs_equal_the_learners_on_real_weights(greedy_chats, smoll
 def training(smollm2, monkeypatch):
     """`train` on a copy of the session's model (loading the file again would cost 15 s a run), with a stand-in
     grader: SmolLM2 never solves a problem, so every advantage would be 0 and nothing would be learned."""
-    import talktosolve.reward
-    import talktosolve.train
+    import talktosolve.team.reward
+    import talktosolve.experiment.train
 
     _, tok, model = smollm2
-    monkeypatch.setattr(talktosolve.reward, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
-    monkeypatch.setattr(talktosolve.train, "load_tokenizer", lambda cfg: tok)
-    monkeypatch.setattr(talktosolve.train, "load_base", lambda cfg, device: copy.deepcopy(model))
-    return talktosolve.train.train
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])
+    monkeypatch.setattr(talktosolve.experiment.train, "load_tokenizer", lambda cfg: tok)
+    monkeypatch.setattr(talktosolve.experiment.train, "load_base", lambda cfg, device: copy.deepcopy(model))
+    return talktosolve.experiment.train.train
 
 
 def test_two_training_steps_change_the_adapter_and_resume_exactly(smollm2, smollm2_gguf, training, tmp_path):
@@ -170,7 +170,7 @@ def test_two_training_steps_change_the_adapter_and_resume_exactly(smollm2, smoll
 
     from safetensors.torch import load_file
 
-    from talktosolve.policy import ModelError, load_player_model, load_policy_weights
+    from talktosolve.model.policy import ModelError, load_player_model, load_policy_weights
     from talktosolve.store import read_jsonl
 
     _, _, model = smollm2
@@ -208,7 +208,7 @@ def test_two_training_steps_change_the_adapter_and_resume_exactly(smollm2, smoll
 
 def test_full_fine_tuning_of_the_gguf_base_saves_weights_that_name_it_and_load_over_it(smollm2, smollm2_gguf,
                                                                                       training, tmp_path):
-    from talktosolve.policy import load_policy_weights
+    from talktosolve.model.policy import load_policy_weights
 
     _, _, model = smollm2
     cfg = make_config("micro", {

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from talktosolve.cli import main
-from talktosolve.results import validate_results
+from talktosolve.experiment.results import validate_results
 
 pytestmark = pytest.mark.slow
 
@@ -131,7 +131,7 @@ def test_views_check_catches_a_leak(tiny_recipe, tmp_path):
 
     from talktosolve.config import make_config
     from talktosolve.protocol import protocol_of
-    from talktosolve.recipe import views_respect_arms
+    from talktosolve.experiment.recipe import views_respect_arms
     from talktosolve.store import read_jsonl, write_text
 
     out = tiny_recipe.out

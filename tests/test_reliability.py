@@ -59,7 +59,7 @@ def test_eval_seat_without_a_folder_is_a_clear_error(tmp_path, capsys):
 
 def test_evaluating_a_seat_the_protocol_lacks_fails_before_loading_anything(tmp_path):
     from talktosolve.config import ConfigError, make_config
-    from talktosolve.evaluate import evaluate
+    from talktosolve.experiment.evaluate import evaluate
 
     with pytest.raises(ConfigError, match="no seat C in this protocol"):
         evaluate(make_config("tiny"), [], tmp_path / "ev", seats={"C": str(tmp_path)})
@@ -110,8 +110,8 @@ def test_pickled_adapter_is_refused(tiny_model_dir, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import talktosolve.train as train_mod
-    from talktosolve.grpo import NonFiniteLoss
+    import talktosolve.experiment.train as train_mod
+    from talktosolve.learning.grpo import NonFiniteLoss
 
     real = train_mod.grpo_update
     calls = {"n": 0}
@@ -136,7 +136,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_model_dir, tmp_p
 
 @pytest.mark.slow
 def test_gpu_out_of_memory_names_the_setting(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import talktosolve.train as train_mod
+    import talktosolve.experiment.train as train_mod
 
     def oom(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
@@ -165,7 +165,7 @@ def test_full_disk_leaves_no_partial_file(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_full_disk_in_the_cli_says_what_to_do(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import talktosolve.train as train_mod
+    import talktosolve.experiment.train as train_mod
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -7,16 +7,16 @@ import shutil
 
 import pytest
 
-from talktosolve import reward
+from talktosolve.team import reward
 from talktosolve.arms import ARMS
 from talktosolve.cli import main
 from talktosolve.config import make_config
-from talktosolve.data import Problem
-from talktosolve.evaluate import batches, eval_key, evaluate, summarize
-from talktosolve.numbers import numbers_in
+from talktosolve.task.data import Problem
+from talktosolve.experiment.evaluate import batches, eval_key, evaluate, summarize
+from talktosolve.task.numbers import numbers_in
 from talktosolve.protocol import protocol_of
-from talktosolve.replay import replay_influence
-from talktosolve.rollout import Player, play_chats
+from talktosolve.experiment.replay import replay_influence
+from talktosolve.sampling.rollout import Player, play_chats
 from talktosolve.store import write_json, write_text
 
 
@@ -145,7 +145,7 @@ def test_an_ablated_message_never_reaches_its_listener(tmp_path):
 @pytest.fixture(scope="module")
 def micro_eval(tmp_path_factory):
     """A real evaluation of the micro base at near-zero temperature (greedy), on 6 problems."""
-    from talktosolve.tasks import load_problems
+    from talktosolve.task.tasks import load_problems
 
     folder = tmp_path_factory.mktemp("micro-eval")
     cfg = make_config("micro", {"data": {"n_test": N}, "chat": {"temperature": 1e-4}, "eval": {"n_problems": N}})
@@ -199,7 +199,7 @@ def test_replays_on_the_gpu_repeat_the_recorded_chat_and_hide_nothing_from_the_c
     ablation moves an answer."""
     import torch
 
-    from talktosolve.tasks import load_problems
+    from talktosolve.task.tasks import load_problems
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")

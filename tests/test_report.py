@@ -1,4 +1,4 @@
-"""talktosolve.results (schema validation) and talktosolve.report (report.md, report.html, plots, terminal summary)."""
+"""talktosolve.experiment.results (schema validation) and talktosolve.experiment.report (report.md, report.html, plots, terminal summary)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from talktosolve.report import PLOTS, render_markdown, terminal_summary, write_report
-from talktosolve.results import SCHEMA_PATH, ResultsError, eval_kind, find_eval, validate_results
+from talktosolve.experiment.report import PLOTS, render_markdown, terminal_summary, write_report
+from talktosolve.experiment.results import SCHEMA_PATH, ResultsError, eval_kind, find_eval, validate_results
 from talktosolve.stats import mean_ci_report, paired_delta_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

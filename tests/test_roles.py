@@ -19,11 +19,11 @@ def _chats(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from talktosolve.arms import ARMS
-    from talktosolve.fast_engine import make_engine
+    from talktosolve.sampling.fast_engine import make_engine
     from talktosolve.micro.task import make_problems
-    from talktosolve.policy import load_tokenizer
+    from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of
-    from talktosolve.rollout import Player, play_chats
+    from talktosolve.sampling.rollout import Player, play_chats
 
     cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},
                                 "chat": {"max_message_tokens": 6, "max_final_tokens": 8},
@@ -40,8 +40,8 @@ def _chats(tiny_model_dir):
 
 
 def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model_dir):
-    from talktosolve.grpo import Sample, group_advantages, grpo_update
-    from talktosolve.train import _learn
+    from talktosolve.learning.grpo import Sample, group_advantages, grpo_update
+    from talktosolve.experiment.train import _learn
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
     role_a, reference = copy.deepcopy(model), copy.deepcopy(model)
@@ -62,7 +62,7 @@ def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model
 
 
 def test_a_role_whose_seats_were_all_frozen_makes_no_update(tiny_model_dir):
-    from talktosolve.train import _learn
+    from talktosolve.experiment.train import _learn
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
     before = {n: p.clone() for n, p in model.named_parameters()}
@@ -81,7 +81,7 @@ def _train(out, extra=()):
 
 @pytest.mark.slow
 def test_a_per_role_run_keeps_one_set_of_weights_per_seat_and_resumes_exactly(tmp_path, monkeypatch):
-    import talktosolve.checkpoint as checkpoint
+    import talktosolve.model.checkpoint as checkpoint
 
     whole, part = tmp_path / "whole", tmp_path / "part"
     assert _train(whole) == 0
@@ -110,7 +110,7 @@ def test_a_per_role_run_keeps_one_set_of_weights_per_seat_and_resumes_exactly(tm
     assert strip == [{k: v for k, v in r.items() if "seconds" not in k} for r in read_jsonl(part / "metrics.jsonl")]
     assert json.loads((part / "done.json").read_text())["weights_checksum"] == done["weights_checksum"]
 
-    from talktosolve.evaluate import load_players
+    from talktosolve.experiment.evaluate import load_players
 
     cfg = make_config("tiny")
     players = load_players(cfg, {"A": str(whole), "B": str(whole)})
@@ -129,7 +129,7 @@ def test_a_per_role_run_keeps_one_set_of_weights_per_seat_and_resumes_exactly(tm
 
 
 def test_per_role_weights_must_name_the_seat_they_play(tmp_path):
-    from talktosolve.policy import ModelError, trained_weights
+    from talktosolve.model.policy import ModelError, trained_weights
 
     for role in ("A", "B"):
         (tmp_path / "final" / role).mkdir(parents=True)
@@ -152,8 +152,8 @@ def test_per_role_settings_that_cannot_work_fail_in_one_line():
 
 
 def test_a_shared_run_keeps_the_key_it_had_before_per_role_weights_existed():
-    from talktosolve.evaluate import eval_key
-    from talktosolve.train import run_config
+    from talktosolve.experiment.evaluate import eval_key
+    from talktosolve.experiment.train import run_config
 
     assert "adapters" not in run_config(make_config("micro"), "chat", 0)["model"]
     per_role = make_config("micro", {"model": {"adapters": "per_role"}})
@@ -171,7 +171,7 @@ def roles_recipe(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_roles_recipe_reports_the_role_swap_beside_the_shared_arm(roles_recipe):
-    from talktosolve.results import ResultsError, find_eval, validate_results
+    from talktosolve.experiment.results import ResultsError, find_eval, validate_results
 
     out, results = roles_recipe
     validate_results(results)
@@ -197,7 +197,7 @@ def test_per_role_lora_with_base_partners_on_the_gpu_resumes_equal_to_uninterrup
     checkpoint and rerun ends with the same adapters and metrics as one never stopped. The learner's layers are
     not compiled here: a resumed process compiles them for its first step's shapes, where the one never stopped
     runs the kernels it compiled for several (other reduction orders, other last bits)."""
-    import talktosolve.checkpoint as checkpoint
+    import talktosolve.model.checkpoint as checkpoint
 
     extra = ["device=cuda", "model.finetune=lora", "model.lora_r=8", "train.partners=0.5", "train.steps=4",
              "train.checkpoint_every=2", "model.compile=off"]

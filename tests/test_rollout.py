@@ -7,12 +7,12 @@ import unicodedata
 import pytest
 
 from talktosolve.arms import ARMS, NO_MESSAGE
-from talktosolve.chat import render_view
+from talktosolve.team.chat import render_view
 from talktosolve.config import make_config
-from talktosolve.grpo import Sample, to_sequences
+from talktosolve.learning.grpo import Sample, to_sequences
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.reward import score_chats
-from talktosolve.rollout import Player, play_chats
+from talktosolve.team.reward import score_chats
+from talktosolve.sampling.rollout import Player, play_chats
 
 THREE = Protocol(("A", "B", "C"), ("A", "B", "C", "A", "B", "C"), (24, 20, 16, 12, 10, 8), (3, 4, 5))
 """Three seats, each turn its own token limit."""
@@ -200,7 +200,7 @@ def test_a_message_whose_ids_do_not_read_as_its_text_is_encoded_whole():
 
 
 def _greedy_player(model, tok):
-    from talktosolve.fast_engine import StaticEngine
+    from talktosolve.sampling.fast_engine import StaticEngine
 
     return Player(StaticEngine(model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, greedy=True), tok)
 
@@ -214,7 +214,7 @@ def test_a_mixed_batch_samples_each_row_as_an_engine_holding_only_its_rows_polic
     from transformers import AutoModelForCausalLM
 
     from talktosolve.micro.task import make_problems
-    from talktosolve.policy import load_tokenizer
+    from talktosolve.model.policy import load_tokenizer
 
     cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},
                                 "chat": {"max_message_tokens": 6, "max_final_tokens": 8}})

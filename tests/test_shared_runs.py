@@ -9,10 +9,10 @@ from safetensors.torch import load_file
 
 from talktosolve.config import make_config
 from talktosolve.protocol import protocol_of
-from talktosolve.recipe import views_respect_arms
+from talktosolve.experiment.recipe import views_respect_arms
 from talktosolve.store import read_jsonl
-from talktosolve.tasks import load_problems
-from talktosolve.train import train_runs
+from talktosolve.task.tasks import load_problems
+from talktosolve.experiment.train import train_runs
 
 
 def config(model_dir, **train):
@@ -28,7 +28,7 @@ def rewards_by_arm(monkeypatch):
     """A random model never answers right, so every advantage would be 0. Stand-in rewards: the chat arm's
     depend on its answers (a learning signal), the cut arm's are always 0 (no signal: AdamW leaves it exactly
     at its initialisation, which shows whether another run's update ever leaked into it)."""
-    import talktosolve.reward
+    import talktosolve.team.reward
 
     def score(chats, protocol):
         for c in chats:
@@ -37,7 +37,7 @@ def rewards_by_arm(monkeypatch):
             c.correct = {seat: right for seat in protocol.seats}
             c.reward = float(right)
 
-    monkeypatch.setattr(talktosolve.reward, "score_chats", score)
+    monkeypatch.setattr(talktosolve.team.reward, "score_chats", score)
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from talktosolve import smollm2
+from talktosolve.model import smollm2
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from talktosolve.numbers import has_number
-from talktosolve.split import Split, ends_with_question, split_problem, split_sentences
+from talktosolve.task.numbers import has_number
+from talktosolve.task.split import Split, ends_with_question, split_problem, split_sentences
 
 
 @pytest.mark.parametrize("text, expected", [

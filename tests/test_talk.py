@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from talktosolve.protocol import Protocol
-from talktosolve.talk import PAPER_PROTOCOL, aggregate_talk, talk_metrics, team_talk
+from talktosolve.team.talk import PAPER_PROTOCOL, aggregate_talk, talk_metrics, team_talk
 
 TALK_KEYS = ("send_a", "send_b", "use_a", "use_b", "ask_a", "ask_b", "agree", "use_given_sent_a",
              "use_given_sent_b", "chars_a", "chars_b")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from talktosolve.cli import main
-from talktosolve.results import find_eval, validate_results
+from talktosolve.experiment.results import find_eval, validate_results
 from talktosolve.store import read_jsonl
 
 pytestmark = pytest.mark.slow

@@ -63,7 +63,7 @@ def test_train_two_steps_writes_a_complete_run(tiny_model_dir, tmp_path, arm):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
     from talktosolve.config import make_config
     from talktosolve.protocol import protocol_of
-    from talktosolve.recipe import views_respect_arms
+    from talktosolve.experiment.recipe import views_respect_arms
 
     chat_cfg = make_config("micro", {"chat": {"max_message_tokens": 6, "max_final_tokens": 5}}).chat
     assert views_respect_arms([out / "transcripts.jsonl"], protocol_of(chat_cfg), chat_cfg)
@@ -72,9 +72,9 @@ def test_train_two_steps_writes_a_complete_run(tiny_model_dir, tmp_path, arm):
 def test_three_seats_train_with_their_own_turns_limits_and_reward(tiny_model_dir, tmp_path):
     """A team of three (turns A, B, C, A, B, C, each its own limit): every seat speaks in order, is dealt every
     third fact, is graded, and has its own accuracy metric; the reward is the mean of the three."""
-    from talktosolve.data import write_problems
+    from talktosolve.task.data import write_problems
     from talktosolve.micro.task import make_problems, problem_text
-    from talktosolve.split import split_problem
+    from talktosolve.task.split import split_problem
 
     seats = ("A", "B", "C")
     problems = [p for p in make_problems("train", 400, seed=0) if split_problem(problem_text(p), seats).eligible]
@@ -102,9 +102,9 @@ def test_three_seats_train_with_their_own_turns_limits_and_reward(tiny_model_dir
 
 @pytest.mark.slow
 def test_adapter_changed_and_rerun_is_a_no_op(tiny_model_dir, tmp_path, monkeypatch):
-    import talktosolve.reward
+    import talktosolve.team.reward
 
-    monkeypatch.setattr(talktosolve.reward, "grade_many", odd_length_is_right)
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
     out = tmp_path / "run"
     # A larger learning rate so a 2-step update is visible in every LoRA B matrix.
     run_train(tiny_model_dir, out, extra=["train.lr=1e-2"])
@@ -135,10 +135,10 @@ def without_times(rows):
 
 @pytest.mark.slow
 def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path, monkeypatch):
-    import talktosolve.reward
-    import talktosolve.checkpoint as checkpoint
+    import talktosolve.team.reward
+    import talktosolve.model.checkpoint as checkpoint
 
-    monkeypatch.setattr(talktosolve.reward, "grade_many", odd_length_is_right)
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
     whole, part = tmp_path / "whole", tmp_path / "part"
     run_train(tiny_model_dir, whole, extra=["train.lr=1e-2"])
     # The same command stopped right after step 1's checkpoint, as a kill there would, then run again.
@@ -191,7 +191,7 @@ def test_metrics_mirror_to_tensorboard(tiny_model_dir, tmp_path):
 
 def test_learning_rate_is_a_function_of_the_step():
     from talktosolve.config import TrainConfig
-    from talktosolve.train import learning_rate
+    from talktosolve.experiment.train import learning_rate
 
     t = TrainConfig(lr=1e-3, warmup_steps=4)
     assert [learning_rate(t, s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
@@ -199,7 +199,7 @@ def test_learning_rate_is_a_function_of_the_step():
 
 
 def test_step_problems_walk_seeded_epochs():
-    from talktosolve.train import step_problems
+    from talktosolve.experiment.train import step_problems
 
     problems = list(range(12))
     epoch0 = [p for t in range(3) for p in step_problems(problems, 0, t, 4)]
@@ -214,10 +214,10 @@ def test_step_problems_walk_seeded_epochs():
 
 @pytest.mark.slow
 def test_release_sampler_frees_the_engine_each_step_and_trains_the_same_run(tiny_model_dir, tmp_path, monkeypatch):
-    import talktosolve.reward
-    from talktosolve.fast_engine import StaticEngine
+    import talktosolve.team.reward
+    from talktosolve.sampling.fast_engine import StaticEngine
 
-    monkeypatch.setattr(talktosolve.reward, "grade_many", odd_length_is_right)
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
     plain, freed = tmp_path / "plain", tmp_path / "freed"
     run_train(tiny_model_dir, plain, extra=["train.lr=1e-2"])
     calls = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from talktosolve.policy import register_builtin
+from talktosolve.model.policy import register_builtin
 
 BASES = ("micro", "micro-teams")
 """The micro bases, by the model name a config gives (`model.name_or_path`)."""

@@ -11,7 +11,7 @@ A problem follows one person's stock of one kind of thing:
   the stock never drops below 0, whatever order the facts are applied in.
 * the gold is `S` plus the signed changes.
 
-The problem is produced as TEXT and cut by `talktosolve.split.split_problem(text, seats)`, exactly as a GSM8K
+The problem is produced as TEXT and cut by `talktosolve.task.split.split_problem(text, seats)`, exactly as a GSM8K
 problem is, and its facts are dealt round-robin: seat k of N gets facts k, k+N, ... (`arms.deal_round_robin`).
 `make_problems(split, n, seed, seats)` gives one *family* per number of seats N:
 
@@ -44,8 +44,8 @@ from collections import Counter
 from itertools import combinations
 
 from talktosolve.arms import deal_round_robin
-from talktosolve.data import Problem
-from talktosolve.split import split_problem
+from talktosolve.task.data import Problem
+from talktosolve.task.split import split_problem
 
 NAMES = ("Tom", "Ann", "Sam", "Mia", "Ben", "Lily", "Max", "Zoe", "Leo", "Eva", "Dan", "Kim", "Jack", "Emma",
          "Nick", "Rosa")

@@ -62,7 +62,7 @@ import random
 from pathlib import Path
 
 from talktosolve.arms import ARMS
-from talktosolve.chat import Seat, render_view, view
+from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.micro import script, task
 from talktosolve.micro.base import MODEL, BaseRecipe, Corpus, solo_view
 from talktosolve.micro.prompts import micro_chat_config
@@ -142,7 +142,7 @@ TEAMS = BaseRecipe("micro-teams", TEAMS_MODEL, TEAMS_CORPUS, TEAMS_TRAIN, TEAMS_
 def scripted_team_accuracy(order: str, n: int = 1000, seed: int = 0, rep=None, arm: str = "chat") -> float:
     """Team accuracy of scripted seats (`script.team_chat` with the teams repertoire) on `n` test problems of the
     protocol `order`: the mean over problems of the share of seats whose final boxes the gold."""
-    from talktosolve.grading import grade_answer
+    from talktosolve.task.grading import grade_answer
 
     protocol, _ = corpus_protocol(order)
     rep = rep or script.Repertoire(**TEAMS_CORPUS["repertoire"])

@@ -26,9 +26,9 @@ from contextlib import contextmanager
 
 import torch
 
-from talktosolve.fast_engine import make_engine, slot_mode_fits
-from talktosolve.policy import adapter_shape, load_base, load_player_model, stop_ids, trained_weights, weights_key
-from talktosolve.rollout import Player
+from talktosolve.sampling.fast_engine import make_engine, slot_mode_fits
+from talktosolve.model.policy import adapter_shape, load_base, load_player_model, stop_ids, trained_weights, weights_key
+from talktosolve.sampling.rollout import Player
 
 
 def in_learners_engines(cfg, model, roles) -> bool:

@@ -1,6 +1,6 @@
 """A fast sampler for CUDA: static KV cache, the whole decode step in one CUDA graph, exact LoRA weights.
 
-Same contract as `talktosolve.engine.Engine` (ids in, ids out, plain temperature sampling), built for the
+Same contract as `talktosolve.sampling.engine.Engine` (ids in, ids out, plain temperature sampling), built for the
 paper preset's shape, where stock `generate` is launch-bound (docs/performance.md#decode compares them). What
 it does:
 
@@ -57,9 +57,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve import decode_attention, decode_sampling, fast_layers as layers, prefill_attention, prefixes
-from talktosolve.engine import Engine, Session, cut_at_stop, left_pad
-from talktosolve.policy import base_model
+from talktosolve.sampling import decode_attention, decode_sampling, fast_layers as layers, prefill_attention, prefixes
+from talktosolve.sampling.engine import Engine, Session, cut_at_stop, left_pad
+from talktosolve.model.policy import base_model
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256

@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 from typing import Any, Callable
 
-from talktosolve.results import find_eval, run_names
+from talktosolve.experiment.results import find_eval, run_names
 
 PLOTS = ("learning_curves.png", "accuracy.png", "talk.png", "cross_play.png")
 TALK_SHOWN = (("send", "send"), ("use", "use"), ("use_given_sent", "use | sent"), ("ask", "ask"), ("agree", "agree"))

@@ -8,7 +8,7 @@ Pure of torch; the training loop and evaluation call it on the sampler's chats (
 
 from __future__ import annotations
 
-from talktosolve.grading import extract_answer, grade_many
+from talktosolve.task.grading import extract_answer, grade_many
 from talktosolve.protocol import Protocol
 
 

@@ -2,7 +2,7 @@
 
 A chat is the messages of a protocol's turns (`protocol.Protocol`); each seat's final turn holds its answer.
 
-* A seat's **own-only numbers**: the set of numeral values (`talktosolve.numbers`: `1,000` = `1000`,
+* A seat's **own-only numbers**: the set of numeral values (`talktosolve.task.numbers`: `1,000` = `1000`,
   `$3.50` = `3.5`) in its own hand that are in no partner's hand and not in the question.
 * **send**: share of its own-only numbers that appear in one of its messages some partner reads before that
   partner's final answer (a message written before the partner's final turn).
@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from talktosolve.grading import last_boxed, numeric_value
-from talktosolve.numbers import numbers_in
+from talktosolve.task.grading import last_boxed, numeric_value
+from talktosolve.task.numbers import numbers_in
 from talktosolve.protocol import Protocol
 
 SEAT_KEYS = ("send", "use", "use_given_sent", "ask", "chars")

@@ -13,7 +13,7 @@ The rules:
   never dropped silently: it is reported as an `Issue` with its 1-based line and the reason, and skipped; with
   `strict=True` the first one raises `DataError` naming `file:line`. A source with no usable row at all is a
   `DataError`.
-- `build_datasets` splits every row (`talktosolve.split`), records each row's eligibility, and draws the problems
+- `build_datasets` splits every row (`talktosolve.task.split`), records each row's eligibility, and draws the problems
   with `random.Random(seed)` among the eligible ones (a sample, then kept in source order), separately per
   split, so the choice is the same on every machine. Too few eligible problems is a `DataError`. Every file is
   written atomically (temporary sibling, then rename), and only after both splits loaded and drew cleanly.
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from talktosolve.split import split_problem
+from talktosolve.task.split import split_problem
 from talktosolve.store import write_text
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from talktosolve.arms import deal_round_robin
 from talktosolve.config import Config, config_key
-from talktosolve.data import Problem, build_datasets, read_problems
-from talktosolve.split import split_problem
+from talktosolve.task.data import Problem, build_datasets, read_problems
+from talktosolve.task.split import split_problem
 from talktosolve.store import read_json, write_json
 
 
@@ -66,7 +66,7 @@ def split_checks(problems: list[Problem], seats=("A", "B")) -> dict:
     hands are disjoint and together are all the facts. The second is checked by position, not by text (a problem
     may state the same sentence twice): each fact index is dealt to exactly one seat, and re-splitting the text
     (facts, then the question) gives back exactly the same facts and question."""
-    from talktosolve.numbers import has_number
+    from talktosolve.task.numbers import has_number
 
     seats = tuple(seats)
     hold = all(any(map(has_number, hand)) for p in problems for hand in deal_round_robin(p.facts, seats).values())

@@ -81,8 +81,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from talktosolve import learn_packing, prefill_attention
-from talktosolve.policy import base_model
+from talktosolve.learning import learn_packing
+from talktosolve.sampling import prefill_attention
+from talktosolve.model.policy import base_model
 
 
 @dataclass
@@ -393,7 +394,7 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
     the model itself with its adapter switched off (LoRA). Log-probs are those of the distribution the sampler
     drew from, softmax(logits / `temperature`), for the policy and the reference alike.
     """
-    from talktosolve import distributed
+    from talktosolve.learning import distributed
 
     if n_tokens is None:
         n_tokens = sum(len(s.completion_ids) for s in samples)

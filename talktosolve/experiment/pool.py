@@ -58,7 +58,7 @@ def training_pool(cfg: Config, arm: str, problems: list, folder: Path, *, progre
     t = cfg.train
     if t.pool_chats == 0:
         return problems
-    from talktosolve.evaluate import Team, evaluate_teams
+    from talktosolve.experiment.evaluate import Team, evaluate_teams
 
     out_dir = Path(folder) / arm
     evaluate_teams(pool_config(cfg, len(problems)), [Team(out_dir, arm, {}, None, f"pool {arm}")], problems,

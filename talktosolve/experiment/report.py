@@ -1,7 +1,7 @@
 """The human report of a recipe run: `report.md`, `report.html` and PNG plots, all from `results.json`.
 
 `write_report(results, out_dir)` validates `results` (docs/results.md) and writes, each file atomically
-(`talktosolve.store.write_bytes`), the plots drawn by `talktosolve.plots` and the pages:
+(`talktosolve.store.write_bytes`), the plots drawn by `talktosolve.experiment.plots` and the pages:
 
 * `plots/learning_curves.png`  team reward per training step, per arm; each seed a light raw line and a smoothed
   line in the same colour.
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from talktosolve.pages import html_page, markdown
-from talktosolve.plots import PLOTS, TALK_SHOWN, render_plots
-from talktosolve.results import (CUT_MARGIN, KINDS, check_interval, eval_kind, find_eval, find_evals, run_names,
+from talktosolve.experiment.pages import html_page, markdown
+from talktosolve.experiment.plots import PLOTS, TALK_SHOWN, render_plots
+from talktosolve.experiment.results import (CUT_MARGIN, KINDS, check_interval, eval_kind, find_eval, find_evals, run_names,
                                  validate_results)
 from talktosolve.store import write_bytes, write_text
 

@@ -11,7 +11,7 @@ Rules (the team reward is the mean of the two copies' grades):
   leading `=`, thousands commas (`1,000`, `1{,}000`), trailing words after the number (units: `72 dollars`,
   `5 kg`) and a trailing `.`.
 * Magnitude fast path: content holding a number whose magnitude passes 10^100 or falls below 10^-100 (a power,
-  a factorial, a scientific numeral, a long run of digits: `talktosolve.magnitude`) is wrong without a look. No
+  a factorial, a scientific numeral, a long run of digits: `talktosolve.task.magnitude`) is wrong without a look. No
   GSM8K answer comes near, and math-verify (sympy) can spend seconds, or forever, computing `9^{9^{9^{9^9}}}`
   or `10^{10^{100}}` exactly; so these never wait for a worker, not even for its start.
 * Anything else goes to math-verify: `verify(parse("$" + gold + "$"), parse("\\boxed{" + content + "}"))`, with
@@ -39,8 +39,8 @@ from decimal import Decimal
 
 import numpy as np
 
-from talktosolve.magnitude import beyond_any_answer
-from talktosolve.numbers import canonical
+from talktosolve.task.magnitude import beyond_any_answer
+from talktosolve.task.numbers import canonical
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Why a hand-written loop and not `model.generate`: `generate` re-validates and re
 and its default logits processors (top-k over the whole vocabulary) cost time and change the distribution; this
 loop is one prefill and one one-token forward per step over a KV cache, with the sampler's randomness coming
 from a caller's `torch.Generator` so runs repeat exactly. On a CUDA device the `StaticEngine` in
-`talktosolve.fast_engine` (static cache, CUDA graphs) takes over.
+`talktosolve.sampling.fast_engine` (static cache, CUDA graphs) takes over.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from talktosolve.policy import base_model
+from talktosolve.model.policy import base_model
 
 
 def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:

@@ -16,7 +16,7 @@ The rules:
   sentence, before or after it, is a fact, in text order. With no such sentence the last sentence is the question.
 - The facts are dealt round-robin to the seats (`arms.deal_round_robin`): with seats A, B, copy A gets facts
   1, 3, 5, ... and copy B facts 2, 4, ...; with A, B, C, seat C gets facts 3, 6, .... Every seat gets the question.
-- Eligible: at least one fact per seat, and every hand holds a number written in digits (`talktosolve.numbers`).
+- Eligible: at least one fact per seat, and every hand holds a number written in digits (`talktosolve.task.numbers`).
   Otherwise `reason` says why (`no_sentences`, `too_few_facts`, `no_number_in_hand_B`,
   `no_number_in_hands_A_B`: the seats whose hands hold no number); the hands and question are still filled in.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from talktosolve.numbers import has_number
+from talktosolve.task.numbers import has_number
 
 CLOSERS = "\"'\u201d\u2019)]}"
 # What may open a sentence, besides a capital letter or a digit.

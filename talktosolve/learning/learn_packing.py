@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from talktosolve import prefill_attention, prefixes
+from talktosolve.sampling import prefill_attention, prefixes
 
 NAME = "talktosolve_packed"
 """The attention's name in transformers' `AttentionInterface`."""

@@ -4,9 +4,9 @@ the paired comparison, `results.json` and the report.
     out/
       config.json                 the config of the recipe (every field)
       data/                       built problems (GSM8K) and their eligibility
-      runs/{arm}-s{seed}/         one training run each (see talktosolve.train)
+      runs/{arm}-s{seed}/         one training run each (see talktosolve.experiment.train)
       pool/{arm}/                 with train.pool_chats: the untrained team on the training set (`pool.py`)
-      evals/{name}/               chats.jsonl + summary.json per evaluation (see talktosolve.evaluate)
+      evals/{name}/               chats.jsonl + summary.json per evaluation (see talktosolve.experiment.evaluate)
       results.json                every figure and check, computed from the folders above
       report.md, report.html, plots/
 
@@ -42,18 +42,18 @@ from pathlib import Path
 
 from talktosolve import __version__
 from talktosolve.arms import ARMS, comparison_name
-from talktosolve.chat import Seat, view
+from talktosolve.team.chat import Seat, view
 from talktosolve.config import Config
 from talktosolve.cpu_pins import is_cpu_run, late, pin_cpu, record
-from talktosolve.crossplay import against_arm, cross_seed_matrix
-from talktosolve.evaluate import Team, evaluate_teams
-from talktosolve.influence import includes_zero
+from talktosolve.experiment.crossplay import against_arm, cross_seed_matrix
+from talktosolve.experiment.evaluate import Team, evaluate_teams
+from talktosolve.team.influence import includes_zero
 from talktosolve.stats import mean_ci, paired_delta_report, run_delta_report
 from talktosolve.store import read_jsonl, write_json
 from talktosolve.protocol import Protocol, protocol_of, swapped_roles
-from talktosolve.results import eval_kind, run_name, seed_checks
-from talktosolve.tasks import load_problems, split_checks
-from talktosolve.train import train, train_runs
+from talktosolve.experiment.results import eval_kind, run_name, seed_checks
+from talktosolve.task.tasks import load_problems, split_checks
+from talktosolve.experiment.train import train, train_runs
 
 
 @dataclass(frozen=True)
@@ -204,8 +204,8 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, influence)
     results["run"]["started"] = started
     results["run"]["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    from talktosolve.report import write_report
-    from talktosolve.results import validate_results
+    from talktosolve.experiment.report import write_report
+    from talktosolve.experiment.results import validate_results
 
     validate_results(results)
     write_json(out / "results.json", results)
@@ -215,10 +215,10 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
 
 def replay_teams(cfg: Config, out: Path, specs: list[EvalSpec], evals: dict, progress: bool) -> dict:
     """The influence stage: every team evaluation (one model in every seat: the untrained team and each trained
-    run) replayed with messages ablated (`talktosolve.replay`); `{EvalSpec: influence.json's content}`."""
+    run) replayed with messages ablated (`talktosolve.experiment.replay`); `{EvalSpec: influence.json's content}`."""
     import sys
 
-    from talktosolve.replay import chosen_positions, estimate_seconds, replay_influence, replayed_messages
+    from talktosolve.experiment.replay import chosen_positions, estimate_seconds, replay_influence, replayed_messages
 
     protocol = protocol_of(cfg.chat)
     teams = replayed_teams(specs)
@@ -242,7 +242,7 @@ def replayed_teams(specs: list[EvalSpec]) -> list[EvalSpec]:
 
 def is_replayed(cfg: Config, out: Path, spec: EvalSpec, summary: dict) -> bool:
     """Whether the evaluation's influence replays are finished under this config (as `replay_influence` tells)."""
-    from talktosolve.replay import chosen_positions, influence_key
+    from talktosolve.experiment.replay import chosen_positions, influence_key
     from talktosolve.store import read_json
 
     done = out / "evals" / spec.name / "influence" / "influence.json"
@@ -253,9 +253,9 @@ def is_replayed(cfg: Config, out: Path, spec: EvalSpec, summary: dict) -> bool:
 def found_done(cfg: Config, out: Path, protocol: Protocol) -> str:
     """What a rerun finds finished under this config: runs trained, evaluations and influence replays done (each
     stage's record holds the key of the config that made it, as the stage itself checks)."""
-    from talktosolve.evaluate import eval_key, is_current
+    from talktosolve.experiment.evaluate import eval_key, is_current
     from talktosolve.store import read_json
-    from talktosolve.train import is_done
+    from talktosolve.experiment.train import is_done
 
     runs = [(line, s) for line in trained_lines(cfg) for s in cfg.seeds]
     trained = sum(is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s) for line, s in runs)
@@ -292,7 +292,7 @@ def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
 
     import torch
 
-    from talktosolve.train import TrainingError, is_done
+    from talktosolve.experiment.train import TrainingError, is_done
 
     pending = [(line, s) for line in lines for s in cfg.seeds
                if not is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s)]
@@ -469,7 +469,7 @@ def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibili
 def influence_results(cfg: Config, protocol: Protocol, influence: dict) -> dict:
     """results.json's `influence`: each replayed evaluation's figures, and per arm the untrained team's, the
     trained runs' pooled over seeds, and trained minus untrained (docs/results.md)."""
-    from talktosolve.influence import Outcome, differences, figures
+    from talktosolve.team.influence import Outcome, differences, figures
 
     writers = {t: protocol.speaker(t) for t in range(protocol.n_turns)}
     outcomes = {spec: [Outcome(**o) for o in rep["outcomes"]] for spec, rep in influence.items()}
@@ -508,7 +508,7 @@ def run_facts(cfg: Config, protocol: Protocol, seconds: float, train_seconds: fl
     import torch
     import transformers
 
-    from talktosolve.policy import resolve_device
+    from talktosolve.model.policy import resolve_device
 
     device = resolve_device(cfg.device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None

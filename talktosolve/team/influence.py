@@ -32,7 +32,7 @@ a 95% interval (over problems and seeds when several trained models are pooled; 
     changed = share of chats whose message the ablation actually altered (a message with no own-only number
               is not renumbered; such chats count, with no change, in every figure)
 
-Pure Python and numpy, no torch: the replays themselves are `talktosolve.replay`.
+Pure Python and numpy, no torch: the replays themselves are `talktosolve.experiment.replay`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from talktosolve.arms import ABLATIONS, NO_MESSAGE
-from talktosolve.numbers import canonical, numbers_in, replace_numerals
+from talktosolve.task.numbers import canonical, numbers_in, replace_numerals
 from talktosolve.protocol import Protocol
 from talktosolve.stats import signed_delta_report, signed_mean_ci
 

@@ -1,4 +1,4 @@
-"""Message-ablation replay of a finished evaluation, and its influence figures (`talktosolve.influence`).
+"""Message-ablation replay of a finished evaluation, and its influence figures (`talktosolve.team.influence`).
 
     eval_dir/influence/
       replays.jsonl     every replayed chat: its problem, chat, position, pass (`control` or an ablation), what
@@ -25,14 +25,14 @@ import json
 import time
 from pathlib import Path
 
-from talktosolve import reward
+from talktosolve.team import reward
 from talktosolve.arms import ARMS
 from talktosolve.config import Config, config_key
-from talktosolve.data import Problem
-from talktosolve.evaluate import batches, eval_key, load_players, says_what_to_lower
-from talktosolve.influence import InfluenceError, Position, ablations, figures, outcome, positions
+from talktosolve.task.data import Problem
+from talktosolve.experiment.evaluate import batches, eval_key, load_players, says_what_to_lower
+from talktosolve.team.influence import InfluenceError, Position, ablations, figures, outcome, positions
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.rollout import Prefix, play_chats
+from talktosolve.sampling.rollout import Prefix, play_chats
 from talktosolve.store import read_json, write_json, write_text
 
 CONTROL = "control"

@@ -1,0 +1,1 @@
+"""The experiment: training runs and their pool, who sits in each seat, evaluation, the recipe, results, report."""

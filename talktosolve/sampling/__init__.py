@@ -1,0 +1,1 @@
+"""Sampling chats: the turn-by-turn rollout, the engines and their kernels, shared prefixes."""

@@ -1,0 +1,1 @@
+"""The problems: loading and splitting them, what a number is, grading answers."""
