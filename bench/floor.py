@@ -93,10 +93,10 @@ def main():
 
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
+    from talktosolve.experiment.train import step_problems
     from talktosolve.protocol import protocol_of
     from talktosolve.sampling.rollout import Player, play_chats
     from talktosolve.task.tasks import load_problems
-    from talktosolve.experiment.train import step_problems
 
     cfg = make_config("paper", {"data": {"gsm8k": args.gsm8k}})
     mc = AutoConfig.from_pretrained(args.model_dir)

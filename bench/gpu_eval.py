@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import save_random_model
 
 
@@ -39,8 +38,8 @@ def main():
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.experiment.evaluate import evaluate
-    from talktosolve.task.tasks import load_problems
     from talktosolve.experiment.train import train
+    from talktosolve.task.tasks import load_problems
 
     cuda = args.device == "cuda"
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import save_random_model
 
 
@@ -49,13 +48,13 @@ def main():
 
     from transformers import AutoConfig, AutoTokenizer
 
-    from talktosolve.sampling import decode_attention
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.sampling.fast_engine import StaticEngine
     from talktosolve.experiment.recipe import run_recipe
+    from talktosolve.experiment.train import train_runs
+    from talktosolve.sampling import decode_attention
+    from talktosolve.sampling.fast_engine import StaticEngine
     from talktosolve.store import read_json
     from talktosolve.task.tasks import load_problems
-    from talktosolve.experiment.train import train_runs
 
     cuda = args.device == "cuda"
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

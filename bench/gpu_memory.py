@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import run_facts, save_random_model, stand_in_rewards
 
 
@@ -56,8 +55,8 @@ def main() -> None:
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.experiment.evaluate import evaluate
-    from talktosolve.task.tasks import load_problems
     from talktosolve.experiment.train import train
+    from talktosolve.task.tasks import load_problems
 
     res = {**run_facts(args.device), "steps": args.steps, "eval_problems": args.eval_problems, "settings": []}
     stand_in_rewards()

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import run_facts, save_random_model, stand_in_rewards
 
 SETTINGS = {
@@ -52,8 +51,8 @@ def main() -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.task.tasks import load_problems
     from talktosolve.experiment.train import train
+    from talktosolve.task.tasks import load_problems
 
     gpu = args.device == "cuda"
     res = {**run_facts(args.device), "steps_per_setting": args.steps, "settings": []}

@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import save_random_model, stand_in_rewards
 
 
@@ -118,16 +117,16 @@ def main():
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from talktosolve.sampling import decode_attention
-    from talktosolve.learning import grpo
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.experiment.evaluate import evaluate
-    from talktosolve.sampling.fast_engine import StaticEngine
-    from talktosolve.model.policy import make_trainable
     from talktosolve.experiment.recipe import run_recipe
+    from talktosolve.experiment.train import train_runs
+    from talktosolve.learning import grpo
+    from talktosolve.model.policy import make_trainable
+    from talktosolve.sampling import decode_attention
+    from talktosolve.sampling.fast_engine import StaticEngine
     from talktosolve.store import read_jsonl
     from talktosolve.task.tasks import load_problems
-    from talktosolve.experiment.train import train_runs
 
     dev = args.device
     cuda = dev == "cuda"

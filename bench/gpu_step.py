@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import save_random_model, stand_in_rewards
 
 
@@ -92,15 +91,15 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="train-loop steps to time (the first includes compiling)")
     args = ap.parse_args()
 
+    import decode_attention_before as before
     import peft
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    import decode_attention_before as before
     from talktosolve.config import make_config
-    from talktosolve.sampling.fast_engine import StaticEngine
     from talktosolve.learning.grpo import Sample, grpo_update
     from talktosolve.model.policy import compile_layers, enable_gradient_checkpointing, make_trainable
+    from talktosolve.sampling.fast_engine import StaticEngine
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name(), "versions": {"python": platform.python_version(),
@@ -245,8 +244,8 @@ def main():
     torch.cuda.empty_cache()
     # ---- the real train loop at maximum message lengths: the paper preset's memory settings, and the
     # alternative (gradient checkpointing with larger micro-batches; neither changes the update)
-    from talktosolve.task.tasks import load_problems
     from talktosolve.experiment.train import train
+    from talktosolve.task.tasks import load_problems
 
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
     res["steps"], res["eval"] = [], []

@@ -34,14 +34,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from talktosolve.arms import ARMS  # noqa: E402
-from talktosolve.team.chat import Seat, render_view, view  # noqa: E402
-from talktosolve.sampling.engine import Engine  # noqa: E402
-from talktosolve.task.grading import extract_answer, grade_many, numeric_value  # noqa: E402
 from talktosolve.micro import base_recipe, script  # noqa: E402
 from talktosolve.micro.base import load_micro_base, pretrain, solo_view, task_facts  # noqa: E402
 from talktosolve.micro.prompts import micro_chat_config  # noqa: E402
 from talktosolve.micro.task import answer_from_facts, make_problems  # noqa: E402
 from talktosolve.micro.teams import corpus_protocol  # noqa: E402
+from talktosolve.sampling.engine import Engine  # noqa: E402
+from talktosolve.task.grading import extract_answer, grade_many, numeric_value  # noqa: E402
+from talktosolve.team.chat import Seat, render_view, view  # noqa: E402
 
 TEAM_RUNS = (("A,B,C,A,B,C", "chat"), ("A,B,C,A,B,C", "cut"), ("A,B,C,A,B,C", "full"), ("A,B,A,B", "chat"),
              ("A,B,A,B", "cut"), ("A,B,A,B,A,B", "chat"), ("A,B,A,B,A,B", "cut"))

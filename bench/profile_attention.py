@@ -69,9 +69,9 @@ def main():
     ap.add_argument("--configs", choices=("all", "splits", "default"), default="splits")
     args = ap.parse_args()
 
+    import decode_attention_before as before
     import triton
 
-    import decode_attention_before as before
     from talktosolve.sampling import decode_attention
     from talktosolve.sampling.decode_attention import attend
 

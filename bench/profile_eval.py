@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from profile_step import COUNTS, TIMES, sync, timed
 from random_model import save_random_model
 
@@ -40,13 +39,13 @@ def main():
     from transformers import AutoConfig, AutoTokenizer
 
     import talktosolve.experiment.evaluate as ev
+    import talktosolve.experiment.recipe as rc
     import talktosolve.sampling.fast_engine as fe
     import talktosolve.sampling.fast_layers as fl
-    import talktosolve.experiment.recipe as rc
     import talktosolve.sampling.rollout as ro
     from talktosolve.config import make_config, merge_overrides, parse_overrides
-    from talktosolve.task.tasks import load_problems
     from talktosolve.experiment.train import train_runs
+    from talktosolve.task.tasks import load_problems
 
     cuda = args.device == "cuda"
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

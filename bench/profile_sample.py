@@ -52,15 +52,15 @@ def main():
     ap.add_argument("--spread", type=float, default=0.5,
                     help="--compare padding: a row's view is between (1 - spread) x and the full view length")
     args = ap.parse_args()
+    import decode_attention_before as before
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    import decode_attention_before as before
     import talktosolve.sampling.fast_engine as fe
-    from talktosolve.sampling import decode_attention
     import talktosolve.sampling.fast_layers as fl
     from talktosolve.config import make_config
     from talktosolve.model.policy import make_trainable
+    from talktosolve.sampling import decode_attention
 
     config = AutoConfig.from_pretrained(args.model_dir)
     torch.manual_seed(0)

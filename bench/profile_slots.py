@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from random_model import run_facts
 
 import talktosolve.sampling.fast_layers as fl
-from random_model import run_facts
 
 STACKED = (fl.linear, fl.Fused.make_slots, fl.Fused.store, fl.Fused.slot_lora)
 
@@ -91,8 +91,8 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from talktosolve.config import make_config
-    from talktosolve.sampling.fast_engine import StaticEngine
     from talktosolve.model.policy import make_trainable
+    from talktosolve.sampling.fast_engine import StaticEngine
 
     res = {**run_facts(), "model": "Qwen2.5-1.5B-Instruct config, random init, bf16, LoRA r=32 all-linear",
            "prompt_tokens": 300, "new_tokens": args.new_tokens, "rows": []}

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from random_model import save_random_model, stand_in_rewards
 
 TIMES: dict[str, float] = collections.defaultdict(float)
@@ -85,13 +84,13 @@ def main():
 
     from transformers import AutoConfig, AutoTokenizer
 
-    import talktosolve.sampling.fast_engine as fe
+    import talktosolve.experiment.train as tr
     import talktosolve.learning.grpo as grpo
     import talktosolve.learning.learn_packing as learn_packing
+    import talktosolve.sampling.fast_engine as fe
     import talktosolve.sampling.fast_layers as fl
-    import talktosolve.team.reward as rw
     import talktosolve.sampling.rollout as ro
-    import talktosolve.experiment.train as tr
+    import talktosolve.team.reward as rw
     from talktosolve.config import make_config, merge_overrides, parse_overrides
     from talktosolve.learning.grpo import grpo_update
     from talktosolve.task.tasks import load_problems

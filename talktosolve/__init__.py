@@ -19,7 +19,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
 
     rules:     arms protocol task.numbers task.magnitude task.grading task.split team.talk team.reward
                stats config team.chat task.data team.influence experiment.diagnose experiment.crossplay
-               experiment.results experiment.partners learning.informative sampling.prefixes store folders
+               experiment.results experiment.plan experiment.partners learning.informative sampling.prefixes store folders
                experiment.pages tracking learning.distributed cpu_pins task team model sampling learning
                experiment
     worlds:    task.tasks micro.task micro.prompts micro.script micro.tokenizer
@@ -30,7 +30,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
     sampling:  sampling.engine sampling.fast_engine sampling.rollout
     play:      experiment.evaluate experiment.frozen experiment.replay
     learning:  learning.grpo experiment.pool experiment.train
-    recipe:    experiment.recipe experiment.report experiment.plots
+    recipe:    experiment.recipe experiment.assemble experiment.report experiment.plots
     entry:     cli __main__
 
 `rules` are pure records and functions (no torch); `worlds` the problems a config names; `kernels` the
@@ -44,10 +44,10 @@ __version__ = "0.2.0"
 
 from talktosolve import micro  # noqa: F401  (registers the micro bases with model loading: `micro/__init__.py`)
 from talktosolve.arms import ARMS, Arm
-from talktosolve.task.grading import grade_answer
 from talktosolve.protocol import Protocol
-from talktosolve.task.split import Split, split_problem
 from talktosolve.stats import paired_delta
+from talktosolve.task.grading import grade_answer
+from talktosolve.task.split import Split, split_problem
 from talktosolve.team.talk import talk_metrics, team_talk
 
 __all__ = ["ARMS", "Arm", "Protocol", "Split", "grade_answer", "paired_delta", "split_problem", "talk_metrics",

@@ -26,8 +26,15 @@ from pathlib import Path
 from talktosolve import __version__
 from talktosolve.arms import ARMS
 from talktosolve.config import ConfigError, make_config, parse_overrides, preset_names
-from talktosolve.folders import (FolderError, check_diagnosable, check_evaluation, check_output, check_player,
-                                 check_source, holds_roles)
+from talktosolve.folders import (
+    FolderError,
+    check_diagnosable,
+    check_evaluation,
+    check_output,
+    check_player,
+    check_source,
+    holds_roles,
+)
 from talktosolve.tracking import LOGGERS
 
 DEFAULT_PRESET = "micro"

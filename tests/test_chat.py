@@ -3,9 +3,9 @@
 import pytest
 
 from talktosolve.arms import ARMS, NO_MESSAGE, Arm
-from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.config import ChatConfig
 from talktosolve.protocol import protocol_of
+from talktosolve.team.chat import Seat, render_view, view
 
 FACTS = ["Ann has 12 apples.", "Bob gives her 5 more.", "She eats 3.", "Cy brings 4.", "Dee takes 2.", "Eve adds 6."]
 QUESTION = "How many apples are left in all?"

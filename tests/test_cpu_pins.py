@@ -63,8 +63,8 @@ def test_results_record_the_pins_and_threads(monkeypatch):
     from jsonschema import validate
 
     from talktosolve.config import make_config
+    from talktosolve.experiment.assemble import run_facts
     from talktosolve.protocol import protocol_of
-    from talktosolve.experiment.recipe import run_facts
 
     for name in PINS:  # restored after the test
         monkeypatch.setenv(name, "unset")

@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from talktosolve.task.data import (DataError, Problem, build_datasets, choose, format_summary, load_gsm8k, parse_gold,
-                              read_problems, write_problems)
+from talktosolve.task.data import (
+    DataError,
+    Problem,
+    build_datasets,
+    choose,
+    format_summary,
+    load_gsm8k,
+    parse_gold,
+    read_problems,
+    write_problems,
+)
 from talktosolve.task.numbers import has_number
 from talktosolve.task.split import split_problem
 

@@ -6,7 +6,15 @@ import shutil
 import pytest
 
 from talktosolve.cli import main
-from talktosolve.experiment.diagnose import chat_figures, diagnose, final_turns, signal, table, training_figures, verdict
+from talktosolve.experiment.diagnose import (
+    chat_figures,
+    diagnose,
+    final_turns,
+    signal,
+    table,
+    training_figures,
+    verdict,
+)
 from talktosolve.store import read_json
 
 

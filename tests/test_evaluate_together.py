@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from talktosolve.config import make_config
-from talktosolve.experiment.evaluate import Team, evaluate_teams, slot_lineups, _seat
+from talktosolve.experiment.evaluate import Team, _seat, evaluate_teams, slot_lineups
+from talktosolve.experiment.train import train_runs
 from talktosolve.protocol import protocol_of
 from talktosolve.store import read_json, read_jsonl
 from talktosolve.task.tasks import load_problems
-from talktosolve.experiment.train import train_runs
 
 
 def config(device="cpu", **eval_):

@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
-from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.learning.grpo import Sample, _pad_right, token_logprobs
+from talktosolve.sampling.fast_engine import StaticEngine
 
 
 def check_greedy(model, device):
@@ -348,11 +348,11 @@ def check_session(model):
 def test_play_chats_reuses_each_copys_cache_on_the_micro_model():
     """The micro tokenizer re-reads a message token for token, so every turn after a copy's first is served
     mostly from its cache."""
+    from talktosolve.arms import ARMS
     from talktosolve.config import make_config
     from talktosolve.micro.base import load_micro_base
     from talktosolve.micro.task import make_problems
     from talktosolve.model.policy import stop_ids
-    from talktosolve.arms import ARMS
     from talktosolve.protocol import protocol_of
     from talktosolve.sampling.rollout import Player, play_chats
 

@@ -6,12 +6,11 @@ import importlib.util
 from pathlib import Path
 
 import torch
+from helpers import prompts, tiny
 
 from talktosolve.sampling.engine import Session
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Turn
-
-from helpers import prompts, tiny
 
 spec = importlib.util.spec_from_file_location("floor", Path(__file__).parents[1] / "bench" / "floor.py")
 floor = importlib.util.module_from_spec(spec)

@@ -140,8 +140,8 @@ def test_a_finished_lora_run_as_the_partner_samples_in_the_learners_engine_unles
 def test_weights_stored_in_a_slot_sample_as_a_model_holding_them_and_leave_the_model_as_it_was():
     from helpers import lora_model, prompts, set_adapter_weights
 
-    from talktosolve.sampling.fast_engine import StaticEngine
     from talktosolve.experiment.frozen import store_in_slot
+    from talktosolve.sampling.fast_engine import StaticEngine
 
     model = lora_model()
     set_adapter_weights(model, 1)

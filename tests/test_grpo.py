@@ -288,10 +288,10 @@ def test_kl_penalty_is_zero_at_the_reference_and_off_by_default():
 def test_kl_penalty_under_lora_reads_the_reference_with_the_adapter_off(tiny_model_dir):
     """Under LoRA, no reference model: the adapter switched off is the base. A trained-away adapter gives a
     positive KL; a fresh one (B = 0) gives 0."""
+    import functools
+
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-
-    import functools
 
     from talktosolve.learning.grpo import _pad_right, _reference_logprobs
 

@@ -6,11 +6,19 @@ import random
 import pytest
 
 from talktosolve.arms import NO_MESSAGE
-from talktosolve.team.influence import (Outcome, ablations, differences, figures, includes_zero, own_only, positions,
-                                   renumber)
-from talktosolve.task.numbers import numbers_in
 from talktosolve.protocol import Protocol
 from talktosolve.stats import t_quantile
+from talktosolve.task.numbers import numbers_in
+from talktosolve.team.influence import (
+    Outcome,
+    ablations,
+    differences,
+    figures,
+    includes_zero,
+    own_only,
+    positions,
+    renumber,
+)
 
 PAPER = Protocol(("A", "B"), ("A", "B", "A", "B"), (16, 16, 36, 36), (2, 3))
 THREE = Protocol(("A", "B", "C"), ("A", "B", "C", "A", "B", "C"), (8,) * 6, (3, 4, 5))

@@ -6,12 +6,11 @@ backward, through a whole update."""
 
 import pytest
 import torch
+from helpers import lora_model, set_adapter_weights
 
 from talktosolve.learning import grpo, learn_packing
+from talktosolve.learning.grpo import Sequence, packed_token_logprobs, token_logprobs
 from talktosolve.sampling import prefill_attention as pa
-from talktosolve.learning.grpo import Sample, Sequence, packed_token_logprobs, to_sequences, token_logprobs
-
-from helpers import lora_model, prompts, set_adapter_weights
 
 
 def chats(vocab=97, run=20, seed=3):

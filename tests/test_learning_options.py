@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from talktosolve.config import make_config
+from talktosolve.config import config_key, make_config
+from talktosolve.experiment.train import is_done, run_config, train, train_runs
 from talktosolve.learning.informative import chosen, informative
 from talktosolve.store import read_jsonl
 from talktosolve.task.tasks import load_problems
-from talktosolve.experiment.train import is_done, run_config, train, train_runs
-from talktosolve.config import config_key
 
 DATA = Path(__file__).parent / "data"
 

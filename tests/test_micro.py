@@ -7,17 +7,23 @@ import random
 import pytest
 
 from talktosolve.arms import ARMS
-from talktosolve.team.chat import Seat, render_view, view
-from talktosolve.task.grading import grade_answer
 from talktosolve.micro import script
 from talktosolve.micro.base import Corpus, load_micro_base, pretrain, solo_view, task_facts
 from talktosolve.micro.prompts import MICRO_PROMPTS, micro_chat_config
-from talktosolve.micro.task import (answer_from_facts, best_guess_from_half, guess_rate, make_problems,
-                                    problem_text, read_fact)
+from talktosolve.micro.task import (
+    answer_from_facts,
+    best_guess_from_half,
+    guess_rate,
+    make_problems,
+    problem_text,
+    read_fact,
+)
 from talktosolve.micro.tokenizer import build_tokenizer, load_tokenizer
-from talktosolve.task.numbers import numbers_in
 from talktosolve.protocol import protocol_of
+from talktosolve.task.grading import grade_answer
+from talktosolve.task.numbers import numbers_in
 from talktosolve.task.split import split_problem
+from talktosolve.team.chat import Seat, render_view, view
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,24 @@ from itertools import combinations
 import pytest
 
 from talktosolve.arms import ARMS, deal_round_robin
-from talktosolve.team.chat import Seat, render_view, view
-from talktosolve.task.grading import grade_answer
 from talktosolve.micro import BASES, base_recipe, script
 from talktosolve.micro.base import ASSETS, MICRO, Corpus, recipe_key
-from talktosolve.micro.task import (MAX_NUMBER, SEAT_NAMES, answer_from_facts, guess_rate, hand, make_problems,
-                                    problem_text, read_fact)
+from talktosolve.micro.task import (
+    MAX_NUMBER,
+    SEAT_NAMES,
+    answer_from_facts,
+    guess_rate,
+    hand,
+    make_problems,
+    problem_text,
+    read_fact,
+)
 from talktosolve.micro.teams import ASSETS_TEAMS, TEAMS, TeamsCorpus, corpus_protocol, scripted_team_accuracy
 from talktosolve.micro.tokenizer import build_tokenizer
+from talktosolve.task.grading import grade_answer
 from talktosolve.task.numbers import numbers_in
 from talktosolve.task.split import split_problem
+from talktosolve.team.chat import Seat, render_view, view
 
 ALL_KNOWING = script.Repertoire(p_state=1.0, p_ask=0.0, p_keep=1.0, p_use=1.0)
 """Seats that state every number in every non-final message and take everything they heard."""

@@ -27,12 +27,12 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
 
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
-    from talktosolve.sampling.fast_engine import make_engine
+    from talktosolve.experiment.train import _learn
     from talktosolve.micro.task import make_problems
     from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of
+    from talktosolve.sampling.fast_engine import make_engine
     from talktosolve.sampling.rollout import Player, play_chats
-    from talktosolve.experiment.train import _learn
 
     cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},
                                 "chat": {"max_message_tokens": 6, "max_final_tokens": 8},

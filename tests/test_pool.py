@@ -2,8 +2,6 @@
 
 from dataclasses import dataclass
 
-import pytest
-
 from talktosolve.experiment.pool import keep, solved_counts
 
 

@@ -6,13 +6,12 @@ GPU-marked test runs FlashAttention itself."""
 
 import pytest
 import torch
+from helpers import lora_model, prompts, set_adapter_weights, tiny
 
 from talktosolve.sampling import prefill_attention as pa
 from talktosolve.sampling.engine import Session
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.fast_layers import block_mask
-
-from helpers import lora_model, prompts, set_adapter_weights, tiny
 
 
 def test_pack_finds_each_rows_new_tokens_and_prompt_columns():

@@ -4,12 +4,11 @@ session."""
 
 import pytest
 import torch
+from helpers import lora_model, set_adapter_weights, stock_greedy, tiny
 
 from talktosolve.sampling.engine import Session
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.prefixes import plan
-
-from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
 SYSTEM = list(range(1, 41))  # 40 tokens every row begins with
 

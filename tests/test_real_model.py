@@ -12,14 +12,14 @@ import torch
 from helpers import hf_greedy
 
 from talktosolve.arms import ARMS, NO_MESSAGE
-from talktosolve.team.chat import Seat, render_view, view
-from talktosolve.protocol import protocol_of
 from talktosolve.config import make_config
-from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.learning.grpo import Sample, _pad_right, token_logprobs
 from talktosolve.micro.task import make_problems
 from talktosolve.model.policy import stop_ids
+from talktosolve.protocol import protocol_of
+from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Player, play_chats
+from talktosolve.team.chat import Seat, render_view, view
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -152,8 +152,8 @@ def test_sampler_logprobs_equal_the_learners_on_real_weights(greedy_chats, smoll
 def training(smollm2, monkeypatch):
     """`train` on a copy of the session's model (loading the file again would cost 15 s a run), with a stand-in
     grader: SmolLM2 never solves a problem, so every advantage would be 0 and nothing would be learned."""
-    import talktosolve.team.reward
     import talktosolve.experiment.train
+    import talktosolve.team.reward
 
     _, tok, model = smollm2
     monkeypatch.setattr(talktosolve.team.reward, "grade_many", lambda finals, golds: [len(f) % 2 == 1 for f in finals])

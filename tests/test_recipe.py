@@ -130,8 +130,8 @@ def test_views_check_catches_a_leak(tiny_recipe, tmp_path):
     import copy
 
     from talktosolve.config import make_config
+    from talktosolve.experiment.assemble import views_respect_arms
     from talktosolve.protocol import protocol_of
-    from talktosolve.experiment.recipe import views_respect_arms
     from talktosolve.store import read_jsonl, write_text
 
     out = tiny_recipe.out

@@ -7,17 +7,17 @@ import shutil
 
 import pytest
 
-from talktosolve.team import reward
 from talktosolve.arms import ARMS
 from talktosolve.cli import main
 from talktosolve.config import make_config
-from talktosolve.task.data import Problem
 from talktosolve.experiment.evaluate import batches, eval_key, evaluate, summarize
-from talktosolve.task.numbers import numbers_in
-from talktosolve.protocol import protocol_of
 from talktosolve.experiment.replay import replay_influence
+from talktosolve.protocol import protocol_of
 from talktosolve.sampling.rollout import Player, play_chats
 from talktosolve.store import write_json, write_text
+from talktosolve.task.data import Problem
+from talktosolve.task.numbers import numbers_in
+from talktosolve.team import reward
 
 
 class CharTokenizer:

@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from talktosolve.experiment.plan import eval_kind
 from talktosolve.experiment.report import PLOTS, render_markdown, terminal_summary, write_report
-from talktosolve.experiment.results import SCHEMA_PATH, ResultsError, eval_kind, find_eval, validate_results
+from talktosolve.experiment.results import SCHEMA_PATH, ResultsError, find_eval, validate_results
 from talktosolve.stats import mean_ci_report, paired_delta_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

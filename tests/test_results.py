@@ -7,12 +7,19 @@ import copy
 
 import numpy as np
 import pytest
-
 from test_report import SEEDS, make_results
 
 from talktosolve.experiment.report import render_markdown, terminal_summary
-from talktosolve.experiment.results import (CUT_MARGIN, SEED_CHECKS, ResultsError, above_zero, check_interval, near_or_below,
-                                 seed_checks, validate_results)
+from talktosolve.experiment.results import (
+    CUT_MARGIN,
+    SEED_CHECKS,
+    ResultsError,
+    above_zero,
+    check_interval,
+    near_or_below,
+    seed_checks,
+    validate_results,
+)
 from talktosolve.stats import run_delta_report
 
 

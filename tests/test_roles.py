@@ -19,10 +19,10 @@ def _chats(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from talktosolve.arms import ARMS
-    from talktosolve.sampling.fast_engine import make_engine
     from talktosolve.micro.task import make_problems
     from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of
+    from talktosolve.sampling.fast_engine import make_engine
     from talktosolve.sampling.rollout import Player, play_chats
 
     cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},
@@ -40,8 +40,8 @@ def _chats(tiny_model_dir):
 
 
 def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model_dir):
-    from talktosolve.learning.grpo import Sample, group_advantages, grpo_update
     from talktosolve.experiment.train import _learn
+    from talktosolve.learning.grpo import Sample, group_advantages, grpo_update
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
     role_a, reference = copy.deepcopy(model), copy.deepcopy(model)

@@ -7,12 +7,12 @@ import unicodedata
 import pytest
 
 from talktosolve.arms import ARMS, NO_MESSAGE
-from talktosolve.team.chat import render_view
 from talktosolve.config import make_config
 from talktosolve.learning.grpo import Sample, to_sequences
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.team.reward import score_chats
 from talktosolve.sampling.rollout import Player, play_chats
+from talktosolve.team.chat import render_view
+from talktosolve.team.reward import score_chats
 
 THREE = Protocol(("A", "B", "C"), ("A", "B", "C", "A", "B", "C"), (24, 20, 16, 12, 10, 8), (3, 4, 5))
 """Three seats, each turn its own token limit."""

@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load_file
 
 from talktosolve.config import make_config
+from talktosolve.experiment.assemble import views_respect_arms
+from talktosolve.experiment.train import train_runs
 from talktosolve.protocol import protocol_of
-from talktosolve.experiment.recipe import views_respect_arms
 from talktosolve.store import read_jsonl
 from talktosolve.task.tasks import load_problems
-from talktosolve.experiment.train import train_runs
 
 
 def config(model_dir, **train):

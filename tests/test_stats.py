@@ -18,7 +18,6 @@ from talktosolve.stats import (
     t_quantile,
 )
 
-
 # ----------------------------------------------------------------------------------------------- t quantile
 
 @pytest.mark.parametrize("q, df, want", [

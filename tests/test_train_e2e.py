@@ -7,7 +7,6 @@ import torch
 from safetensors.torch import load_file
 
 from talktosolve.cli import main
-from talktosolve.config import make_config
 from talktosolve.store import read_jsonl
 
 SETTINGS = ["data.n_train=16", "data.n_test=8", "train.steps=2", "train.problems_per_step=2",
@@ -62,8 +61,8 @@ def test_train_two_steps_writes_a_complete_run(tiny_model_dir, tmp_path, arm):
     assert (out / "done.json").exists()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
     from talktosolve.config import make_config
+    from talktosolve.experiment.assemble import views_respect_arms
     from talktosolve.protocol import protocol_of
-    from talktosolve.experiment.recipe import views_respect_arms
 
     chat_cfg = make_config("micro", {"chat": {"max_message_tokens": 6, "max_final_tokens": 5}}).chat
     assert views_respect_arms([out / "transcripts.jsonl"], protocol_of(chat_cfg), chat_cfg)
@@ -72,8 +71,8 @@ def test_train_two_steps_writes_a_complete_run(tiny_model_dir, tmp_path, arm):
 def test_three_seats_train_with_their_own_turns_limits_and_reward(tiny_model_dir, tmp_path):
     """A team of three (turns A, B, C, A, B, C, each its own limit): every seat speaks in order, is dealt every
     third fact, is graded, and has its own accuracy metric; the reward is the mean of the three."""
-    from talktosolve.task.data import write_problems
     from talktosolve.micro.task import make_problems, problem_text
+    from talktosolve.task.data import write_problems
     from talktosolve.task.split import split_problem
 
     seats = ("A", "B", "C")
@@ -135,8 +134,8 @@ def without_times(rows):
 
 @pytest.mark.slow
 def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path, monkeypatch):
-    import talktosolve.team.reward
     import talktosolve.model.checkpoint as checkpoint
+    import talktosolve.team.reward
 
     monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
     whole, part = tmp_path / "whole", tmp_path / "part"

@@ -20,23 +20,29 @@ other teams' rows, so they are drawn as one-at-a-time chats are, not equal to th
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from talktosolve.arms import ARMS
-from talktosolve.config import EVAL, Config, ConfigError, config_key, key_fields
-from talktosolve.sampling.fast_engine import make_engine, slot_mode_fits
-from talktosolve.model.policy import (adapter_shape, load_player_model, load_tokenizer, resolve_device, stop_ids,
-                                trained_weights, weights_key)
-from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.team import reward
-from talktosolve.sampling.rollout import Player, play_chats
-from talktosolve.store import read_json, write_json, write_text
-from talktosolve.team.talk import aggregate_talk, chat_talk
-
 import contextlib
 import json
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
+
+from talktosolve.arms import ARMS
+from talktosolve.config import EVAL, Config, ConfigError, config_key, key_fields
+from talktosolve.model.policy import (
+    adapter_shape,
+    load_player_model,
+    load_tokenizer,
+    resolve_device,
+    stop_ids,
+    trained_weights,
+    weights_key,
+)
+from talktosolve.protocol import Protocol, protocol_of
+from talktosolve.sampling.fast_engine import make_engine, slot_mode_fits
+from talktosolve.sampling.rollout import Player, play_chats
+from talktosolve.store import read_json, write_json, write_text
+from talktosolve.team import reward
+from talktosolve.team.talk import aggregate_talk, chat_talk
 
 
 class EvaluationError(RuntimeError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 
+
 def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -17,122 +17,27 @@ Each stage's output carries the config key that produced it (`done.json`, `summa
 what is finished under the same config, resumes a training run from its last checkpoint, and redoes what a
 changed setting made stale.
 
-What is trained is a list of `Line`s, each one run per seed: every arm of `arms`, and the `variant` when the
-config names one (an arm trained with other settings, e.g. base partners; its runs are `{variant}-s{seed}`).
-
-Evaluations are `EvalSpec` records (an arm, and who plays each seat: a run or the base; `recipe_evals`): the
-untrained team in each arm, each trained run in every seat, cross-play (the run in the first seat, the base in
-the others) and its other side (the base in the first seat, the run in the others), each in the run's own arm;
-with `eval.cross_seed`, each run in the first seat with every other run of its line in the others (the
-cross-seed matrix, `crossplay`). Their folder names (`base-chat`, `chat-s0`, `cross-chat-s0`,
-`cross-others-chat-s0`, `chat-s0-with-chat-s1`) are for reading only; results.json records each evaluation's
-arm and seats. Each evaluation runs as soon as the runs it seats are trained; with `eval.batch_evals=N` (N > 1)
-every run trains first and the evaluations then run N at a time in shared engine passes
-(`evaluate.evaluate_teams`), each still written to its own folder.
+The plan (`plan.py`: which runs a config trains, which evaluations it makes) and the assembly of results.json
+(`assemble.py`) live apart; this module runs the stages in order. Each evaluation runs as soon as the runs it
+seats are trained; with `eval.batch_evals=N` (N > 1) every run trains first and the evaluations then run N at a
+time in shared engine passes (`evaluate.evaluate_teams`), each still written to its own folder.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import platform
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-from talktosolve import __version__
-from talktosolve.arms import ARMS, comparison_name
-from talktosolve.team.chat import Seat, view
 from talktosolve.config import Config
-from talktosolve.cpu_pins import is_cpu_run, late, pin_cpu, record
-from talktosolve.experiment.crossplay import against_arm, cross_seed_matrix
+from talktosolve.cpu_pins import is_cpu_run, late, pin_cpu
+from talktosolve.experiment.assemble import build_results
 from talktosolve.experiment.evaluate import Team, evaluate_teams
-from talktosolve.team.influence import includes_zero
-from talktosolve.stats import mean_ci, paired_delta_report, run_delta_report
-from talktosolve.store import read_jsonl, write_json
-from talktosolve.protocol import Protocol, protocol_of, swapped_roles
-from talktosolve.experiment.results import eval_kind, run_name, seed_checks
-from talktosolve.task.tasks import load_problems, split_checks
+from talktosolve.experiment.plan import EvalSpec, Line, recipe_evals, replayed_teams, run_name, trained_lines
 from talktosolve.experiment.train import train, train_runs
-
-
-@dataclass(frozen=True)
-class EvalSpec:
-    """One evaluation of the recipe: an arm, and who plays each seat (a run's name, or None for the base)."""
-
-    arm: str
-    seats: tuple[str | None, ...]
-    """One entry per seat of the protocol, in its order."""
-    roles: tuple[str, ...] | None = None
-    """Per-role runs: the seat whose weights each seat plays (a role swap); None: each seat its own."""
-
-    @property
-    def name(self) -> str:
-        """For display and the folder only; nothing reads an evaluation's identity back from it. Its kind is read
-        as results.json's readers read it (`results.eval_kind`)."""
-        kind, run = eval_kind({"seats": {k: run or "base" for k, run in enumerate(self.seats)},
-                               **({"roles": self.roles} if self.roles else {})})
-        if kind == "cross_seed":
-            return f"{run}-with-{self.seats[1]}"
-        return {"base": f"base-{self.arm}", "team": run, "cross": f"cross-{run}",
-                "cross_others": f"cross-others-{run}", "role_swap": f"swap-{run}"}[kind]
-
-    def role_map(self, seats) -> dict[str, str] | None:
-        """`{seat: the seat whose weights play it}` (`evaluate`'s `roles`), or None."""
-        return None if self.roles is None else dict(zip(seats, self.roles))
-
-
-@dataclass
-class Line:
-    """One line of trained runs, one per seed: an arm of the recipe, or its variant (an arm trained otherwise)."""
-
-    name: str
-    """The arm's name, or the variant's; its runs are `{name}-s{seed}`."""
-    arm: str
-    """The arm its runs play in."""
-    cfg: Config
-    """The config its runs train with."""
-
-    def runs(self, seeds) -> list[str]:
-        return [run_name(self.name, s) for s in seeds]
-
-    @property
-    def per_role(self) -> bool:
-        """Its runs train one set of weights per seat (`model.adapters=per_role`)."""
-        return self.cfg.model.adapters == "per_role"
-
-
-def trained_lines(cfg: Config) -> list[Line]:
-    """The recipe's arms, then the variant (when `variant.name` is set), trained with its own settings."""
-    lines = [Line(arm, arm, cfg) for arm in cfg.arms]
-    v = cfg.variant
-    if v.name:
-        model = dataclasses.replace(cfg.model, adapters=v.adapters or cfg.model.adapters)
-        lines.append(Line(v.name, v.arm, dataclasses.replace(cfg, model=model, train=dataclasses.replace(
-            cfg.train, partners=v.partners, partner=v.partner or cfg.train.partner))))
-    return lines
-
-
-def recipe_evals(cfg: Config, protocol: Protocol) -> list[EvalSpec]:
-    """The recipe's evaluations: the untrained team in each arm; for each trained run (of every line), the run
-    in every seat, the run in the first seat with the base in the others (cross-play), and the base in the first
-    seat with the run in the others (the other side), and for a run with per-role weights its role swap
-    (`protocol.swapped_roles`); with `eval.cross_seed`, each run in the first seat with each other run of its
-    line in the others."""
-    n = len(protocol.seats)
-    out = [EvalSpec(arm, (None,) * n) for arm in cfg.arms]
-    swap = tuple(swapped_roles(protocol.seats).values())
-    for line in trained_lines(cfg):
-        for run in line.runs(cfg.seeds):
-            out += [EvalSpec(line.arm, (run,) * n), EvalSpec(line.arm, (run,) + (None,) * (n - 1)),
-                    EvalSpec(line.arm, (None,) + (run,) * (n - 1))]
-            if line.per_role:
-                out.append(EvalSpec(line.arm, (run,) * n, swap))
-    if cfg.eval.cross_seed:
-        for line in trained_lines(cfg):
-            runs = line.runs(cfg.seeds)
-            out += [EvalSpec(line.arm, (a,) + (b,) * (n - 1)) for a in runs for b in runs if a != b]
-    return out
+from talktosolve.protocol import Protocol, protocol_of
+from talktosolve.store import write_json
+from talktosolve.task.tasks import load_problems
 
 
 def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool = True,
@@ -235,11 +140,6 @@ def replay_teams(cfg: Config, out: Path, specs: list[EvalSpec], evals: dict, pro
                                    label=f"influence {spec.name}") for spec in teams}
 
 
-def replayed_teams(specs: list[EvalSpec]) -> list[EvalSpec]:
-    """The evaluations the influence stage replays: one model in every seat (the untrained team, each run)."""
-    return [spec for spec in specs if len(set(spec.seats)) == 1 and spec.roles is None]
-
-
 def is_replayed(cfg: Config, out: Path, spec: EvalSpec, summary: dict) -> bool:
     """Whether the evaluation's influence replays are finished under this config (as `replay_influence` tells)."""
     from talktosolve.experiment.replay import chosen_positions, influence_key
@@ -254,8 +154,8 @@ def found_done(cfg: Config, out: Path, protocol: Protocol) -> str:
     """What a rerun finds finished under this config: runs trained, evaluations and influence replays done (each
     stage's record holds the key of the config that made it, as the stage itself checks)."""
     from talktosolve.experiment.evaluate import eval_key, is_current
-    from talktosolve.store import read_json
     from talktosolve.experiment.train import is_done
+    from talktosolve.store import read_json
 
     runs = [(line, s) for line in trained_lines(cfg) for s in cfg.seeds]
     trained = sum(is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s) for line, s in runs)
@@ -331,200 +231,3 @@ def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
                             "(or set parallel_runs=1 to see the error in this process).")
 
 
-def views_respect_arms(chats_files: list[Path], protocol: Protocol, chat_cfg) -> bool:
-    """Transcript check, for every arm: no seat ever saw what its arm hides from it.
-
-    For every chat, each seat's recorded hand must be exactly what its arm deals it; and for every message, the
-    view stored in the transcript must equal the view rebuilt from that hand with every message the arm hides
-    from the writer replaced by junk it cannot contain. Equality means the hidden words and facts were nowhere in
-    what the seat saw (a substring search would be fooled by short messages such as `yes`)."""
-    for path in chats_files:
-        for chat in read_jsonl(path):
-            arm = ARMS[chat["arm"]].hiding(chat.get("hidden", ()))
-            hands = arm.hands(chat["facts"], protocol.seats)
-            if chat["hands"] != hands:
-                return False
-            msgs = [m["text"] for m in chat["messages"]]
-            for i, m in enumerate(chat["messages"]):
-                me = protocol.speaker(i)
-                junk = [t if arm.shows(me, protocol.speaker(j), j) else f"\x00hidden-{j}\x00"
-                        for j, t in enumerate(msgs[:i])]
-                if m["view"] != view(Seat(hands[me], chat["question"]), i, junk, arm, protocol, chat_cfg):
-                    return False
-    return True
-
-
-def build_results(cfg: Config, out: Path, evals: dict, problems: list, eligibility: dict | None,
-                  preset: str, influence: dict | None = None) -> dict:
-    """results.json (schema 2, docs/results.md) from the evaluations (`{EvalSpec: summary}`), the influence
-    replays (`{EvalSpec: influence.json}`, or None when the stage is off) and run folders."""
-    import numpy as np
-
-    protocol = protocol_of(cfg.chat)
-    n = len(protocol.seats)
-    seeds = list(cfg.seeds)
-
-    def find(arm: str, seats: tuple) -> dict:
-        return evals[EvalSpec(arm, seats)]
-
-    def pair(arm: str, seed: int) -> dict:
-        return find(arm, (run_name(arm, seed),) * n)
-
-    def scores(arm: str):
-        return np.array([pair(arm, s)["scores"] for s in seeds])  # [S, P]
-
-    # The untrained team the trained ones are held against: in the chat arm when it ran, else in the arm's own.
-    def base(arm: str) -> dict:
-        return find("chat" if "chat" in cfg.arms else arm, (None,) * n)
-
-    def sides(line: Line) -> dict:
-        """The line's per-problem scores [S, P]: its trained teams, cross-play and the other side."""
-        runs = line.runs(seeds)
-        return {"team": np.array([find(line.arm, (r,) * n)["scores"] for r in runs]),
-                "cross": np.array([find(line.arm, (r,) + (None,) * (n - 1))["scores"] for r in runs]),
-                "cross_others": np.array([find(line.arm, (None,) + (r,) * (n - 1))["scores"] for r in runs])}
-
-    swap = tuple(swapped_roles(protocol.seats).values())
-
-    def summary(line: Line) -> dict:
-        """A line's trained teams (pooled and per seed) and cross-play; per seed, the trained team minus the base
-        team and minus its cross-play (paired over problems: the checks read them); for per-role runs, the role
-        swap: per seed, and the trained team minus the swapped one (paired)."""
-        team = sides(line)["team"]
-        acc, lo, hi = mean_ci(team)
-        per_seed = {}
-        for s, run in zip(seeds, line.runs(seeds)):
-            own, cross = find(line.arm, (run,) * n), find(line.arm, (run,) + (None,) * (n - 1))
-            m, l, h = mean_ci(np.array([own["scores"]]))
-            per_seed[str(s)] = {"accuracy": m, "lo": l, "hi": h,
-                                "cross_play": cross["accuracy"],
-                                "cross_play_others": find(line.arm, (None,) + (run,) * (n - 1))["accuracy"],
-                                "minus_base": run_delta_report(own["scores"], base(line.arm)["scores"]),
-                                "minus_cross_play": run_delta_report(own["scores"], cross["scores"])}
-            if line.per_role:
-                per_seed[str(s)]["role_swap"] = evals[EvalSpec(line.arm, (run,) * n, swap)]["accuracy"]
-        out = {"seeds": per_seed, "accuracy": acc, "lo": lo, "hi": hi}
-        if line.per_role:
-            swapped = np.array([evals[EvalSpec(line.arm, (r,) * n, swap)]["scores"] for r in line.runs(seeds)])
-            out["role_swap"] = paired_delta_report(team, swapped)
-        return out
-
-    lines = trained_lines(cfg)
-    arms = {line.name: summary(line) for line in lines if line.name in cfg.arms}
-    # null where one of its arms was not run
-    comparisons = {comparison_name((a, b)): {"a": a, "b": b, **paired_delta_report(scores(a), scores(b))}
-                   if a in cfg.arms and b in cfg.arms else None for a, b in cfg.comparisons}
-    checks = dict(split_checks(problems, protocol.seats))
-    checks.pop("n_checked")
-    files = [out / "evals" / spec.name / "chats.jsonl" for spec in evals]
-    files += [out / "runs" / run / "transcripts.jsonl" for line in lines for run in line.runs(seeds)]
-    checks["views_respect_arms"] = views_respect_arms(files, protocol, cfg.chat)
-    checks["interval_excludes_zero"] = {k: None if c is None else c["excludes_zero"] for k, c in comparisons.items()}
-    checks.update(seed_checks(arms, seeds))
-    influence_entry = influence_results(cfg, protocol, influence) if influence is not None else None
-    checks["cut_influence_zero"] = (
-        includes_zero([f for name, e in influence_entry["evals"].items() if e["arm"] == "cut" for f in e["figures"]])
-        if influence_entry is not None and "cut" in cfg.arms else None)
-    curves = {}
-    train_seconds = 0.0
-    runs = {}
-    for line in lines:
-        for s, name in zip(seeds, line.runs(seeds)):
-            runs[name] = {"arm": line.arm, "seed": s, **({} if line.name in cfg.arms else {"variant": line.name})}
-            rows = read_jsonl(out / "runs" / name / "metrics.jsonl")
-            train_seconds += sum(r["perf/seconds"] for r in rows)
-            curves[name] = [{"step": r["step"], "reward": r["train/reward"], "send": r["talk/send"],
-                             "use": r["talk/use"], "ask": r["talk/ask"]} for r in rows]
-    extra = {}
-    if cfg.eval.cross_seed:
-        extra["cross_seed"] = {
-            line.name: {"arm": line.arm, **cross_seed_matrix(
-                line.runs(seeds), lambda a, b, arm=line.arm: find(arm, (a,) + (b,) * (n - 1))["scores"])}
-            for line in lines}
-    if cfg.variant.name:
-        variant, of = lines[-1], next(line for line in lines if line.name == cfg.variant.arm)
-        extra["variant"] = {"name": variant.name, "arm": variant.arm, "partners": cfg.variant.partners,
-                            "partner": variant.cfg.train.partner, "adapters": variant.cfg.model.adapters,
-                            **summary(variant),
-                            "against_arm": against_arm(sides(variant), sides(of))}
-    return {
-        "schema_version": 2,
-        "preset": preset,
-        "config": cfg.to_dict(),
-        "run": run_facts(cfg, protocol, train_seconds + sum(e.get("seconds", 0.0) for e in evals.values())
-                         + sum(r["seconds"] for r in (influence or {}).values()), train_seconds),
-        "data": {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test,
-                 "eligibility": {k: v["by_reason"] for k, v in eligibility["splits"].items()} if eligibility else None},
-        "runs": runs,
-        "evals": {spec.name: eval_entry(spec, e, protocol) for spec, e in evals.items()},
-        "arms": arms,
-        "comparisons": comparisons,
-        "checks": checks,
-        "curves": curves,
-        "influence": influence_entry,
-        **extra,
-    }
-
-
-def influence_results(cfg: Config, protocol: Protocol, influence: dict) -> dict:
-    """results.json's `influence`: each replayed evaluation's figures, and per arm the untrained team's, the
-    trained runs' pooled over seeds, and trained minus untrained (docs/results.md)."""
-    from talktosolve.team.influence import Outcome, differences, figures
-
-    writers = {t: protocol.speaker(t) for t in range(protocol.n_turns)}
-    outcomes = {spec: [Outcome(**o) for o in rep["outcomes"]] for spec, rep in influence.items()}
-    n = len(protocol.seats)
-    arms = {}
-    for arm in cfg.arms:
-        base = outcomes[EvalSpec(arm, (None,) * n)]
-        trained = [outcomes[EvalSpec(arm, (run_name(arm, s),) * n)] for s in cfg.seeds]
-        arms[arm] = {"base": figures([base], writers), "trained": figures(trained, writers),
-                     "trained_minus_base": differences(trained, [base])}
-    return {
-        "n_problems": min(cfg.eval.influence_problems, cfg.eval.n_problems),
-        "kinds": list(cfg.eval.influence_kinds),
-        "evals": {spec.name: {"arm": spec.arm, "seats": {seat: run or "base" for seat, run in zip(protocol.seats, spec.seats)},
-                              "reproduced": rep["reproduced"], "seconds": rep["seconds"], "figures": rep["figures"]}
-                  for spec, rep in influence.items()},
-        "arms": arms,
-    }
-
-
-def eval_entry(spec: EvalSpec, summary: dict, protocol: Protocol) -> dict:
-    """An evaluation's figures for results.json: its summary, with a 95% interval over its problems, and who sat
-    in each seat as a record (`base` or the run's name), so a moved or copied folder gives the same results."""
-    import numpy as np
-
-    _, lo, hi = mean_ci(np.array([summary["scores"]]))
-    entry = {k: v for k, v in summary.items() if k not in ("scores", "problem_ids", "key", "seats", "roles")}
-    entry.update(lo=lo, hi=hi, seats={seat: run or "base" for seat, run in zip(protocol.seats, spec.seats)})
-    if spec.roles is not None:
-        entry["roles"] = spec.role_map(protocol.seats)
-    return entry
-
-
-def run_facts(cfg: Config, protocol: Protocol, seconds: float, train_seconds: float) -> dict:
-    import peft
-    import torch
-    import transformers
-
-    from talktosolve.model.policy import resolve_device
-
-    device = resolve_device(cfg.device)
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return {
-        "model": cfg.model.name_or_path,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__, "peft": peft.__version__, "talktosolve": __version__,
-                     # CPU kernels round differently by instruction set, so a CPU run repeats bit for bit only
-                     # where this matches.
-                     "cpu_capability": torch.backends.cpu.get_cpu_capability()},
-        "protocol": protocol.to_json(),
-        "arms": list(cfg.arms), "seeds": list(cfg.seeds), "steps": cfg.train.steps,
-        "device": str(device), "gpu": gpu,
-        # What a CPU run's figures depend on beside the versions: its pins and threads (`cpu_pins`).
-        "cpu": record() if device.type == "cpu" else None,
-        # Compute time of every stage, summed from the stages' own records (stable when a rerun skips them).
-        "wall_seconds": seconds, "train_seconds": train_seconds,
-        "gpu_seconds": seconds if gpu else None,
-    }

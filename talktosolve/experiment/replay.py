@@ -25,15 +25,15 @@ import json
 import time
 from pathlib import Path
 
-from talktosolve.team import reward
 from talktosolve.arms import ARMS
 from talktosolve.config import Config, config_key
-from talktosolve.task.data import Problem
 from talktosolve.experiment.evaluate import batches, eval_key, load_players, says_what_to_lower
-from talktosolve.team.influence import InfluenceError, Position, ablations, figures, outcome, positions
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve.sampling.rollout import Prefix, play_chats
 from talktosolve.store import read_json, write_json, write_text
+from talktosolve.task.data import Problem
+from talktosolve.team import reward
+from talktosolve.team.influence import InfluenceError, Position, ablations, figures, outcome, positions
 
 CONTROL = "control"
 """The pass that changes nothing: every ablation is measured against it."""

@@ -28,9 +28,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from talktosolve.experiment.pages import html_page, markdown
+from talktosolve.experiment.plan import KINDS, eval_kind
 from talktosolve.experiment.plots import PLOTS, TALK_SHOWN, render_plots
-from talktosolve.experiment.results import (CUT_MARGIN, KINDS, check_interval, eval_kind, find_eval, find_evals, run_names,
-                                 validate_results)
+from talktosolve.experiment.results import (
+    CUT_MARGIN,
+    check_interval,
+    find_eval,
+    find_evals,
+    run_names,
+    validate_results,
+)
 from talktosolve.store import write_bytes, write_text
 
 __all__ = ["write_report", "terminal_summary", "render_markdown", "render_html", "verdict", "PLOTS"]

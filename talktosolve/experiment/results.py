@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from talktosolve.arms import comparison_arms
-from talktosolve.protocol import swapped_roles
+from talktosolve.experiment.plan import eval_kind, planned_evals, run_name
 
 __all__ = ["SCHEMA_PATH", "ResultsError", "validate_results", "load_schema", "format_path", "CUT_MARGIN",
            "SEED_CHECKS", "above_zero", "near_or_below", "seed_checks", "check_interval", "run_name"]
@@ -149,26 +149,21 @@ def _check_consistency(r: dict) -> None:
             _check_interval(entry["seeds"][seed], ("arms", arm, "seeds", seed), "accuracy")
             _check_seed_deltas(entry["seeds"][seed], ("arms", arm, "seeds", seed))
 
-    # Every evaluation the recipe makes, by its record: (arm, who sits in each seat, whose weights they play).
-    n = len(seats)
-    want = {(a, ("base",) * n, None) for a in arms}
-    swap = tuple(swapped_roles(seats).values())
-    for line, a in lines.items():
-        for name in (run_name(line, s) for s in r["run"]["seeds"]):
-            want |= {(a, (name,) * n, None), (a, (name,) + ("base",) * (n - 1), None),
-                     (a, ("base",) + (name,) * (n - 1), None)}
-            if line_adapters(r, line) == "per_role":
-                want.add((a, (name,) * n, swap))
     cross_seed = r.get("cross_seed")
     if (cross_seed is not None) != bool(r["config"].get("eval", {}).get("cross_seed")):
         _fail(("cross_seed",), "must be present exactly when config.eval.cross_seed is on")
+    # Every evaluation the recipe makes (the plan's own list), by its record: (arm, who sits in each seat, whose
+    # weights they play).
+    want = {(spec.arm, tuple(run or "base" for run in spec.seats), spec.roles) for spec in planned_evals(
+        arms, [(line, a, line_adapters(r, line) == "per_role") for line, a in lines.items()], r["run"]["seeds"],
+        seats, cross_seed is not None)}
+    n = len(seats)
     if cross_seed is not None:
         _check_keys(cross_seed, set(lines), ("cross_seed",), "line of runs")
         for line, a in lines.items():
             mine = [run_name(line, s) for s in r["run"]["seeds"]]
             if cross_seed[line]["runs"] != mine or cross_seed[line]["arm"] != a:
                 _fail(("cross_seed", line), f"must hold the runs {mine} of arm {a}, in seed order")
-            want |= {(a, (x,) + (y,) * (n - 1), None) for x in mine for y in mine if x != y}
             for key in ("accuracy", "lo", "hi"):
                 if [len(row) for row in cross_seed[line][key]] != [len(mine)] * len(mine):
                     _fail(("cross_seed", line, key), f"must be {len(mine)} x {len(mine)}, one row and column per run")
@@ -317,34 +312,6 @@ def line_adapters(results: dict, line: str) -> str:
     return default
 
 
-KINDS = ("base", "team", "cross", "cross_others", "cross_seed", "role_swap")
-"""What an evaluation is, from who sits where: the untrained team; a run in every seat; a run in the first seat
-with the base in the others (cross-play); the base in the first seat with a run in the others (its other side);
-a run in the first seat with another run in the others (a cell of the cross-seed matrix)."""
-
-
-def eval_kind(entry: dict) -> tuple[str, str | None]:
-    """(kind, run or None) of an evaluation entry, read from its `seats` record (and `roles`: a per-role run's
-    weights played in other seats than their own is its role swap)."""
-    who = list(entry["seats"].values())
-    if entry.get("roles"):
-        if len(set(who)) != 1 or who[0] == "base":
-            raise ValueError(f"an evaluation with roles {entry['roles']} must seat one run in every seat")
-        return "role_swap", who[0]
-    first, rest = who[0], set(who[1:])
-    if first == "base" and rest == {"base"}:
-        return "base", None
-    if rest == {first}:
-        return "team", first
-    if rest == {"base"}:
-        return "cross", first
-    if first == "base" and len(rest) == 1:
-        return "cross_others", rest.pop()
-    if len(rest) == 1 and "base" not in rest:
-        return "cross_seed", first
-    raise ValueError(f"an evaluation with seats {entry['seats']} is none of {KINDS}")
-
-
 def find_eval(results: dict, arm: str, kind: str, run: str | None = None) -> tuple[str, dict] | None:
     """(name, entry) of the evaluation of `kind` in `arm` (of `run`, for all but the base), or None; for
     `cross_seed`, the first of the run's (`find_evals` gives them all)."""
@@ -356,12 +323,6 @@ def find_evals(results: dict, arm: str, kind: str, run: str | None = None) -> li
     """Every (name, entry) of `kind` in `arm` (of `run`, for all but the base), in results.json's order."""
     return [(name, entry) for name, entry in results["evals"].items()
             if entry["arm"] == arm and eval_kind(entry) == (kind, run)]
-
-
-def run_name(line: str, seed: int) -> str:
-    """A training run's folder and display name (`chat-s0`: an arm's or the variant's name, and the seed); results
-    refer to a run by it."""
-    return f"{line}-s{seed}"
 
 
 def run_names(results: dict, arm: str) -> list[str]:

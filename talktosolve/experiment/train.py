@@ -46,22 +46,30 @@ from pathlib import Path
 
 import torch
 
-from talktosolve.model import checkpoint
-from talktosolve.learning import distributed
-from talktosolve.config import RUN, Config, config_key, key_fields
-from talktosolve.sampling.fast_engine import StaticEngine, make_engine
-from talktosolve.learning.grpo import NonFiniteLoss, Sample, StepStats, group_advantages, grpo_update
-from talktosolve.model.policy import (compile_layers, enable_gradient_checkpointing, load_base, load_tokenizer,
-                                make_trainable, resolve_device, save_policy, stop_ids)
 from talktosolve.arms import ARMS
+from talktosolve.config import RUN, Config, config_key, key_fields
 from talktosolve.experiment.frozen import FrozenPartner, in_learners_engines, partner_key, partner_slots
-from talktosolve.learning.informative import chosen, enough, informative, more_problems
 from talktosolve.experiment.partners import lineups, partner_seats
 from talktosolve.experiment.pool import PoolError, training_pool
+from talktosolve.learning import distributed
+from talktosolve.learning.grpo import NonFiniteLoss, Sample, StepStats, group_advantages, grpo_update
+from talktosolve.learning.informative import chosen, enough, informative, more_problems
+from talktosolve.model import checkpoint
+from talktosolve.model.policy import (
+    compile_layers,
+    enable_gradient_checkpointing,
+    load_base,
+    load_tokenizer,
+    make_trainable,
+    resolve_device,
+    save_policy,
+    stop_ids,
+)
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.team import reward
+from talktosolve.sampling.fast_engine import StaticEngine, make_engine
 from talktosolve.sampling.rollout import Player, play_chats
 from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
+from talktosolve.team import reward
 from talktosolve.team.talk import aggregate_talk, chat_talk
 
 

@@ -82,8 +82,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from talktosolve.learning import learn_packing
-from talktosolve.sampling import prefill_attention
 from talktosolve.model.policy import base_model
+from talktosolve.sampling import prefill_attention
 
 
 @dataclass

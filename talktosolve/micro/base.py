@@ -55,12 +55,12 @@ from pathlib import Path
 import torch
 
 from talktosolve.arms import ARMS
-from talktosolve.team.chat import Seat, render_view, view
-from talktosolve.protocol import protocol_of
 from talktosolve.micro import prompts, script, task
 from talktosolve.micro.prompts import micro_chat_config
 from talktosolve.micro.tokenizer import ASSISTANT, BOXED, END, build_tokenizer, load_tokenizer, vocabulary
 from talktosolve.model.policy import cache_root
+from talktosolve.protocol import protocol_of
+from talktosolve.team.chat import Seat, render_view, view
 
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,

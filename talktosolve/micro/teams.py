@@ -62,12 +62,12 @@ import random
 from pathlib import Path
 
 from talktosolve.arms import ARMS
-from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.micro import script, task
 from talktosolve.micro.base import MODEL, BaseRecipe, Corpus, solo_view
 from talktosolve.micro.prompts import micro_chat_config
 from talktosolve.micro.tokenizer import END
 from talktosolve.protocol import protocol_of
+from talktosolve.team.chat import Seat, render_view, view
 
 TEAM_WORDS = ("C D", "and")
 """The words the teams' chats write that the two-seat micro world never does."""

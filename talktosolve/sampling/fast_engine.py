@@ -57,9 +57,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from talktosolve.sampling import decode_attention, decode_sampling, fast_layers as layers, prefill_attention, prefixes
-from talktosolve.sampling.engine import Engine, Session, cut_at_stop, left_pad
 from talktosolve.model.policy import base_model
+from talktosolve.sampling import decode_attention, decode_sampling, prefill_attention, prefixes
+from talktosolve.sampling import fast_layers as layers
+from talktosolve.sampling.engine import Engine, Session, cut_at_stop, left_pad
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256

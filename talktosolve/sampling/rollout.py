@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import torch
 
 from talktosolve.arms import Arm
-from talktosolve.team.chat import Seat, render_view, view
 from talktosolve.config import ChatConfig, ConfigError
-from talktosolve.sampling.engine import Session
 from talktosolve.protocol import Protocol
+from talktosolve.sampling.engine import Session
+from talktosolve.team.chat import Seat, render_view, view
 
 
 @dataclass

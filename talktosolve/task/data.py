@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from talktosolve.task.split import split_problem
 from talktosolve.store import write_text
+from talktosolve.task.split import split_problem
 
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
 SPLITS = ("train", "test")

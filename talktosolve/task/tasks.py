@@ -13,9 +13,9 @@ from pathlib import Path
 
 from talktosolve.arms import deal_round_robin
 from talktosolve.config import Config, config_key
+from talktosolve.store import read_json, write_json
 from talktosolve.task.data import Problem, build_datasets, read_problems
 from talktosolve.task.split import split_problem
-from talktosolve.store import read_json, write_json
 
 
 def _is_built(folder: Path) -> bool:

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from talktosolve.arms import ABLATIONS, NO_MESSAGE
-from talktosolve.task.numbers import canonical, numbers_in, replace_numerals
 from talktosolve.protocol import Protocol
 from talktosolve.stats import signed_delta_report, signed_mean_ci
+from talktosolve.task.numbers import canonical, numbers_in, replace_numerals
 
 
 class InfluenceError(ValueError):

@@ -8,8 +8,8 @@ Pure of torch; the training loop and evaluation call it on the sampler's chats (
 
 from __future__ import annotations
 
-from talktosolve.task.grading import extract_answer, grade_many
 from talktosolve.protocol import Protocol
+from talktosolve.task.grading import extract_answer, grade_many
 
 
 def score_chats(chats: list, protocol: Protocol) -> None:

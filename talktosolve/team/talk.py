@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from talktosolve.protocol import Protocol
 from talktosolve.task.grading import last_boxed, numeric_value
 from talktosolve.task.numbers import numbers_in
-from talktosolve.protocol import Protocol
 
 SEAT_KEYS = ("send", "use", "use_given_sent", "ask", "chars")
 """The per-seat figures of a chat."""
