@@ -103,7 +103,7 @@ def _whole(low: int, high: int | None = None):
 _SEED = _whole(0, 2**63)
 
 
-def _config(args):
+def command_config(args):
     """The config of a command that runs a model: preset, `--set`, `--gsm8k`; refused where the task it sets would
     not read the GSM8K it names. A CPU run is pinned to one numeric path here, before torch loads (`cpu_pins`)."""
     overrides = parse_overrides(args.set or [])
@@ -252,7 +252,7 @@ def cmd_data(args) -> int:
 
 
 def cmd_train(args) -> int:
-    cfg = _config(args)
+    cfg = command_config(args)
     if cfg.train.runs_per_process > 1:
         raise ConfigError("train.runs_per_process groups the recipe's runs (`talktosolve recipe`); `talktosolve "
                           "train` trains one run: leave it at 1 here.")
@@ -272,7 +272,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    cfg = _config(args)
+    cfg = command_config(args)
     seats = {"A": args.a, "B": args.b, **dict(args.seat or [])}
     seats = {seat: path for seat, path in seats.items() if path is not None}
     roles = dict(args.role or [])
@@ -370,7 +370,7 @@ def _turns(text: str) -> list[int]:
 
 
 def cmd_recipe(args) -> int:
-    cfg = _config(args)
+    cfg = command_config(args)
     out = check_output(args.out or f"runs/{Path(args.preset).stem}", "recipe")
     with _checking(out):
         _problems(cfg, out)  # built into out/data once; the recipe reads them there

@@ -13,7 +13,7 @@ CPU run pins, before torch runs its first operation:
   another process needs; `parallel_runs=N` trains N runs at once on N cores, with the same results.
 
 torch reads the kernel level at its first dispatch, MKL its branch at its first call, and OpenMP the thread count
-as torch loads, so the CLI pins before it imports torch (`cli._config`); `recipe.run_recipe` pins too, and warns
+as torch loads, so the CLI pins before it imports torch (`cli.command_config`); `recipe.run_recipe` pins too, and warns
 when torch had already chosen its kernels. oneDNN, whose paths also depend on the CPU, is not on a float32 CPU
 run's path (`ONEDNN_VERBOSE=1` prints nothing), so it is left alone. What each knob changed, measured:
 docs/performance.md#one-numeric-path-on-every-cpu. `TALKTOSOLVE_NATIVE_CPU=1` turns the pins off: this CPU's

@@ -18,8 +18,8 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 # The CLI's own first steps on `train`, then torch: what the process holds when torch runs its first operation.
 CLI_THEN_TORCH = """
 import json, os, sys
-from talktosolve.cli import _config, build_parser
-_config(build_parser().parse_args(["train", "--preset", "micro", "--arm", "chat", "--out", sys.argv[1]]))
+from talktosolve.cli import command_config, build_parser
+command_config(build_parser().parse_args(["train", "--preset", "micro", "--arm", "chat", "--out", sys.argv[1]]))
 before = "torch" in sys.modules
 import torch
 torch.ones(2).exp()

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from talktosolve.config import make_config
-from talktosolve.experiment.evaluate import Team, _seat, evaluate_teams, slot_lineups
+from talktosolve.experiment.evaluate import Team, seat_team, evaluate_teams, slot_lineups
 from talktosolve.experiment.train import train_runs
 from talktosolve.protocol import protocol_of
 from talktosolve.store import read_json, read_jsonl
@@ -137,9 +137,9 @@ def test_adapters_of_another_shape_are_not_put_in_one_engine(two_runs, tmp_path)
     config_file.write_text(json.dumps({**adapter, "r": adapter["r"] * 2}))
     cfg = config(batch_evals=2)
     protocol = protocol_of(cfg.chat)
-    same = [_seat(cfg, protocol, Team(tmp_path / n, "chat", {"A": r})) for n, r in (("a", two_runs[0]), ("b", two_runs[1]))]
+    same = [seat_team(cfg, protocol, Team(tmp_path / n, "chat", {"A": r})) for n, r in (("a", two_runs[0]), ("b", two_runs[1]))]
     assert slot_lineups(cfg, same) is not None
-    mixed = [same[0], _seat(cfg, protocol, Team(tmp_path / "c", "chat", {"A": str(other)}))]
+    mixed = [same[0], seat_team(cfg, protocol, Team(tmp_path / "c", "chat", {"A": str(other)}))]
     assert slot_lineups(cfg, mixed) is None
 
 

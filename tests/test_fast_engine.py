@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
-from talktosolve.learning.grpo import Sample, _pad_right, token_logprobs
+from talktosolve.learning.grpo import Sample, pad_right, token_logprobs
 from talktosolve.sampling.fast_engine import StaticEngine
 
 
@@ -65,7 +65,7 @@ def check_logprobs(model, device, atol, lengths=(6, 13, 21), n=10, **engine_opti
     outs = engine.generate(batch, n, gen)
     sampler = engine.last_logprobs  # [B, T]
     samples = [Sample(p, o, 0.0, i) for i, (p, o) in enumerate(zip(batch, outs))]
-    ids, comp, _ = _pad_right(samples, 0, device)
+    ids, comp, _ = pad_right(samples, 0, device)
     with torch.no_grad():
         learner = token_logprobs(model, ids, comp).view(len(batch), n)
     torch.testing.assert_close(learner.float(), sampler, atol=atol, rtol=0)
@@ -412,7 +412,7 @@ def check_slots(model, device, atol):
         set_adapter_weights(model, j)
         rows = range(2 * j, 2 * j + 2)
         samples = [Sample(batch[i], outs[i], 0.0, i) for i in rows]
-        ids, comp, _ = _pad_right(samples, 0, device)
+        ids, comp, _ = pad_right(samples, 0, device)
         with torch.no_grad():
             learner = token_logprobs(model, ids, comp).view(2, 7)
         torch.testing.assert_close(learner.float(), sampler.last_logprobs[2 * j:2 * j + 2], atol=atol, rtol=0)

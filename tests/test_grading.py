@@ -185,7 +185,7 @@ BEYOND = [r"9^{9^{9^{9^{9}}}}", r"10^{10^{100}}", r"9^{9^{9}}", r"2^{2^{2^{2^{2^
 def test_numbers_beyond_any_answer_are_wrong_in_the_bound_with_a_cold_worker(boxed):
     import talktosolve.task.grading as grading
 
-    grading._shutdown()  # a comparison now would have to start a worker first
+    grading.shutdown_workers()  # a comparison now would have to start a worker first
     result, seconds = timed(grade_answer, rf"\boxed{{{boxed}}}", "1")
     assert result is False
     assert seconds < grading.DEFAULT_TIMEOUT, f"{seconds:.2f}s"
@@ -204,7 +204,7 @@ def test_after_a_timeout_the_grader_still_works():
 def test_a_timeout_does_not_make_the_next_comparison_wait_for_a_worker_to_start():
     import talktosolve.task.grading as grading
 
-    grading._shutdown()
+    grading.shutdown_workers()
     killed = []
     for slow in SLOW:
         before = grading._worker
@@ -263,7 +263,7 @@ def test_number_equals_itself_in_any_dress(value):
 def test_no_math_verify_means_only_numbers_grade(monkeypatch):
     import talktosolve.task.grading as grading
 
-    grading._shutdown()
+    grading.shutdown_workers()
     monkeypatch.setattr(grading, "_WORKER_SOURCE", "import sys; print('{\"error\": \"no\"}', flush=True)")
     monkeypatch.setattr(grading, "_start_failed", False)
     try:
@@ -271,6 +271,6 @@ def test_no_math_verify_means_only_numbers_grade(monkeypatch):
         assert grading._start_failed is True
         assert grade_answer(r"\boxed{72.0}", "72") is True  # the fast path needs no worker
     finally:
-        grading._shutdown()
+        grading.shutdown_workers()
     monkeypatch.undo()
     assert grade_answer(r"\boxed{\frac{1}{2}}", "0.5", timeout=10.0) is True

@@ -100,9 +100,9 @@ def test_token_logprobs_match_a_direct_computation():
     torch.manual_seed(0)
     model = Toy()
     samples = [Sample([1, 2, 3], [4, 5], 1.0, 0), Sample([6], [7, 8, 9, 10], -1.0, 0)]
-    from talktosolve.learning.grpo import _pad_right
+    from talktosolve.learning.grpo import pad_right
 
-    ids, comp, _ = _pad_right(samples, 0, "cpu")
+    ids, comp, _ = pad_right(samples, 0, "cpu")
     got = token_logprobs(model, ids, comp, chunk=3)
     want = torch.cat([reference_logprobs(model, s) for s in samples])
     torch.testing.assert_close(got, want)
@@ -113,7 +113,7 @@ def check_chosen_logprobs(device, dtype, atol):
     the same log-probs and the same gradient with respect to the hidden states, over chunks of uneven length."""
     from torch.utils.checkpoint import checkpoint
 
-    from talktosolve.learning.grpo import ChosenLogprobs, _chunk_logprobs
+    from talktosolve.learning.grpo import ChosenLogprobs, chunk_logprobs
 
     g = torch.Generator().manual_seed(0)
     n, H, V, chunk = 300, 64, 1000, 128
@@ -125,7 +125,7 @@ def check_chosen_logprobs(device, dtype, atol):
     got = ChosenLogprobs.apply(hidden, head.weight, targets, chunk)
     (got * weights).sum().backward()
     got_grad, hidden.grad = hidden.grad, None
-    want = torch.cat([checkpoint(_chunk_logprobs, hidden[i:i + chunk], targets[i:i + chunk], head, use_reentrant=False)
+    want = torch.cat([checkpoint(chunk_logprobs, hidden[i:i + chunk], targets[i:i + chunk], head, use_reentrant=False)
                       for i in range(0, n, chunk)])
     (want * weights).sum().backward()
     torch.testing.assert_close(got, want, atol=atol, rtol=0)
@@ -148,14 +148,14 @@ def test_logprobs_with_the_gradient_taken_forward_equal_checkpointed_chunks_on_g
 def test_the_compiled_head_softmax_gives_the_eager_passes_log_probs_and_softmax_minus_onehot_on_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    from talktosolve.learning.grpo import _compiled_softmax, _softmax_minus_onehot
+    from talktosolve.learning.grpo import compiled_softmax, softmax_minus_onehot
 
     g = torch.Generator().manual_seed(0)
     for n in (1024, 300):  # a whole chunk, then a shorter last one (one dynamic-shape compilation serves both)
         logits = (torch.randn(n, 5003, generator=g) * 4).to("cuda", torch.bfloat16)
         targets = torch.randint(0, 5003, (n, 1), generator=g).to("cuda")
-        got_logp, got_p = _compiled_softmax()(logits, targets)
-        want_logp, want_p = _softmax_minus_onehot(logits, targets)
+        got_logp, got_p = compiled_softmax()(logits, targets)
+        want_logp, want_p = softmax_minus_onehot(logits, targets)
         assert got_p.dtype == torch.bfloat16
         torch.testing.assert_close(got_logp, want_logp, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got_p, want_p)
@@ -185,11 +185,11 @@ def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
     from helpers import prompts, tiny
 
     from talktosolve.config import ModelConfig
-    from talktosolve.learning.grpo import _pad_right
+    from talktosolve.learning.grpo import pad_right
     from talktosolve.model.policy import compile_layers
 
     samples = [Sample(p, [5, 6, 7], 0.0, i) for i, p in enumerate(prompts(97, [6, 13, 21]))]
-    ids, comp, _ = _pad_right(samples, 0, "cpu")
+    ids, comp, _ = pad_right(samples, 0, "cpu")
     eager, compiled = tiny(), tiny()
     names = list(compiled.state_dict())
     assert compile_layers(compiled, ModelConfig(compile="on"), torch.device("cpu"), static_sampler=True)
@@ -293,19 +293,19 @@ def test_kl_penalty_under_lora_reads_the_reference_with_the_adapter_off(tiny_mod
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from talktosolve.learning.grpo import _pad_right, _reference_logprobs
+    from talktosolve.learning.grpo import pad_right, reference_logprobs
 
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules="all-linear"))
     samples = [Sample([1, 2, 3], [4, 5], 1.0, 0)]
-    ids, comp, _ = _pad_right(samples, 0, "cpu")
+    ids, comp, _ = pad_right(samples, 0, "cpu")
     read = functools.partial(token_logprobs, ids=ids, comp=comp)
     with torch.no_grad():
-        torch.testing.assert_close(_reference_logprobs(model, None, read), read(model))  # B = 0: same policy
+        torch.testing.assert_close(reference_logprobs(model, None, read), read(model))  # B = 0: same policy
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.add_(0.5)
-        assert not torch.allclose(_reference_logprobs(model, None, read), read(model))
+        assert not torch.allclose(reference_logprobs(model, None, read), read(model))
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     stats = grpo_update(model, opt, samples, pad_id=0, chats_per_microbatch=1, grad_clip=0, device="cpu", kl_coef=0.1)
     assert stats.kl > 0
@@ -317,9 +317,9 @@ def test_the_learner_reads_the_samplers_distribution_at_its_temperature():
     torch.manual_seed(0)
     model = Toy()
     s = Sample([1, 2, 3], [4, 5, 6], 1.0, 0)
-    from talktosolve.learning.grpo import _pad_right
+    from talktosolve.learning.grpo import pad_right
 
-    ids, comp, _ = _pad_right([s], 0, "cpu")
+    ids, comp, _ = pad_right([s], 0, "cpu")
     h = model.emb(torch.tensor([s.prompt_ids + s.completion_ids])).cumsum(1)
     for t in (1.0, 0.5, 1.7):
         want = (model.head(h)[0] / t).log_softmax(-1)

@@ -78,7 +78,7 @@ def check_packed_equals_padded(device, dtype, kernel, atol):
                 p = learn_packing.pack(rows, device, kernel)
                 logp, adv = packed_token_logprobs(model, p), p.advantages
             else:
-                ids, comp, adv = grpo._pad_right(rows, 0, device)
+                ids, comp, adv = grpo.pad_right(rows, 0, device)
                 logp = token_logprobs(model, ids, comp)
         (adv * logp).sum().backward()
         grads.append((logp.detach().float(), {n: q.grad.float() for n, q in model.named_parameters() if q.grad is not None}))

@@ -131,10 +131,10 @@ def test_a_pool_smaller_than_a_step_fails_in_one_line_naming_the_settings(tmp_pa
     folder = tmp_path / "pool" / "chat"
     folder.mkdir(parents=True)
     # A finished pre-pass in which the untrained team solved nothing twice: nothing is played again.
-    from talktosolve.experiment.evaluate import Team, _seat
+    from talktosolve.experiment.evaluate import Team, seat_team
     from talktosolve.protocol import protocol_of
 
-    key = _seat(pool.pool_config(cfg, len(problems)), protocol_of(cfg.chat), Team(folder, "chat", {})).key
+    key = seat_team(pool.pool_config(cfg, len(problems)), protocol_of(cfg.chat), Team(folder, "chat", {})).key
     (folder / "chats.jsonl").write_text("".join(json.dumps({"problem_id": p.id, "reward": 0.5 * (i < 3)}) + "\n"
                                                 for i, p in enumerate(problems) for _ in range(2)))
     (folder / "summary.json").write_text(json.dumps({"key": key}))

@@ -174,7 +174,7 @@ def test_tiny_pretrain_writes_a_loadable_folder(tmp_path):
 def test_micro_base_path_uses_the_shipped_checkpoint(tmp_path, monkeypatch):
     from talktosolve.micro import base
 
-    if not base._is_complete(base.ASSETS, base.recipe_key()):
+    if not base.is_complete(base.ASSETS, base.recipe_key()):
         pytest.skip("no shipped micro base checkpoint for this recipe (micro_base_path would pretrain one)")
     monkeypatch.setenv("TALKTOSOLVE_CACHE", str(tmp_path))
     path = base.micro_base_path(progress=False)

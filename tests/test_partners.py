@@ -27,7 +27,7 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
 
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
-    from talktosolve.experiment.train import _learn
+    from talktosolve.experiment.train import learn_role
     from talktosolve.micro.task import make_problems
     from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of
@@ -55,7 +55,7 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
     before_learner = {n: p.clone() for n, p in learner.named_parameters()}
     optimizer = torch.optim.AdamW(learner.parameters(), lr=cfg.train.lr)
     per_chat = [f for f in frozen for _ in range(2)]
-    stats = _learn(learner, optimizer, chats, cfg.train, tok.pad_token_id, "cpu", protocol.n_turns, per_chat)
+    stats = learn_role(learner, optimizer, chats, cfg.train, tok.pad_token_id, "cpu", protocol.n_turns, per_chat)
     trained = [t for c, f in zip(chats, per_chat) for t in c.turns if t.speaker != f]
     assert stats.samples == len(trained) == 2 * len(chats)
     assert stats.tokens == sum(len(t.completion_ids) for t in trained)

@@ -13,7 +13,7 @@ from helpers import hf_greedy
 
 from talktosolve.arms import ARMS, NO_MESSAGE
 from talktosolve.config import make_config
-from talktosolve.learning.grpo import Sample, _pad_right, token_logprobs
+from talktosolve.learning.grpo import Sample, pad_right, token_logprobs
 from talktosolve.micro.task import make_problems
 from talktosolve.model.policy import stop_ids
 from talktosolve.protocol import protocol_of
@@ -141,7 +141,7 @@ def test_sampler_logprobs_equal_the_learners_on_real_weights(greedy_chats, smoll
     engine = StaticEngine(model, stop_ids=stop_ids(tok, model), pad_id=tok.pad_token_id, record_logprobs=True)
     outs = engine.generate(batch, 24, torch.Generator().manual_seed(0))
     samples = [Sample(p, o, 0.0, i) for i, (p, o) in enumerate(zip(batch, outs))]
-    ids, comp, _ = _pad_right(samples, tok.pad_token_id, "cpu")
+    ids, comp, _ = pad_right(samples, tok.pad_token_id, "cpu")
     with torch.no_grad():
         learner = token_logprobs(model, ids, comp)
     sampler = torch.cat([engine.last_logprobs[i, :len(o)] for i, o in enumerate(outs)])

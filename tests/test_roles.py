@@ -40,12 +40,12 @@ def _chats(tiny_model_dir):
 
 
 def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model_dir):
-    from talktosolve.experiment.train import _learn
+    from talktosolve.experiment.train import learn_role
     from talktosolve.learning.grpo import Sample, group_advantages, grpo_update
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
     role_a, reference = copy.deepcopy(model), copy.deepcopy(model)
-    stats = _learn(role_a, torch.optim.AdamW(role_a.parameters(), lr=cfg.train.lr), chats, cfg.train,
+    stats = learn_role(role_a, torch.optim.AdamW(role_a.parameters(), lr=cfg.train.lr), chats, cfg.train,
                    tok.pad_token_id, "cpu", protocol.n_turns, None, ("A",))
     adv = [a for g in group_advantages([[c.reward for c in chats[i:i + 2]] for i in range(0, len(chats), 2)])
            for a in g]
@@ -62,11 +62,11 @@ def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model
 
 
 def test_a_role_whose_seats_were_all_frozen_makes_no_update(tiny_model_dir):
-    from talktosolve.experiment.train import _learn
+    from talktosolve.experiment.train import learn_role
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
     before = {n: p.clone() for n, p in model.named_parameters()}
-    assert _learn(model, torch.optim.AdamW(model.parameters(), lr=cfg.train.lr), chats, cfg.train,
+    assert learn_role(model, torch.optim.AdamW(model.parameters(), lr=cfg.train.lr), chats, cfg.train,
                   tok.pad_token_id, "cpu", protocol.n_turns, ["A"] * len(chats), ("A",)) is None
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 

@@ -117,7 +117,7 @@ def evaluate(cfg: Config, problems: list, out_dir: Path, *, arm: str = "chat",
     untrained base) in `arm`; returns the summary. `roles[s]`: which seat's weights of a run with per-role
     weights play seat s (absent: its own; `{"A": "B", "B": "A"}` swaps the roles)."""
     protocol = protocol_of(cfg.chat)
-    seated = _seat(cfg, protocol, Team(Path(out_dir), arm, seats, roles, label))
+    seated = seat_team(cfg, protocol, Team(Path(out_dir), arm, seats, roles, label))
     if is_current(seated.team.out_dir, seated.key):
         return _current(seated)
     return _evaluate_alone(cfg, problems, seated, protocol, progress)
@@ -132,7 +132,7 @@ def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: 
     whose weights cannot share an engine (full fine-tuning, adapters of other shapes, an architecture the
     static engine lacks) are evaluated one at a time, as `evaluate` does."""
     protocol = protocol_of(cfg.chat)
-    seated = [_seat(cfg, protocol, team) for team in teams]
+    seated = [seat_team(cfg, protocol, team) for team in teams]
     summaries: dict[int, dict] = {}
     pending = []
     for i, s in enumerate(seated):
@@ -160,7 +160,9 @@ def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: 
     return [summaries[i] for i in range(len(teams))]
 
 
-def _seat(cfg: Config, protocol: Protocol, team: Team) -> _Seated:
+def seat_team(cfg: Config, protocol: Protocol, team: Team) -> _Seated:
+    """A team with its players loaded: who plays each seat (a run's weights or the base), checked against the
+    protocol's seats, ready for `evaluate_teams` to play."""
     team = replace(team, out_dir=Path(team.out_dir))
     unknown = sorted(set(team.seats or {}) - set(protocol.seats))
     if unknown:

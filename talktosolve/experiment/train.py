@@ -179,7 +179,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
 
     With per-role adapters (`model.adapters=per_role`, one run at a time) each seat is played by its own copy
     of the trainable model, all copies starting from the same weights; each role learns only from its seat's
-    messages, with the team's advantages, normalised by its own tokens (`_learn`). A copy of the base per role
+    messages, with the team's advantages, normalised by its own tokens (`learn_role`). A copy of the base per role
     costs one more set of base weights each (3 GB at 1.5B parameters in bf16), the simple way to an engine per
     role whose CUDA graphs read only that role's weights.
 
@@ -370,7 +370,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 for role in run.roles:
                     for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
                         group["lr"] = learning_rate(t, step)
-                    role_stats.append(_learn(role.model, role.optimizer, mine, t, tokenizer.pad_token_id, device,
+                    role_stats.append(learn_role(role.model, role.optimizer, mine, t, tokenizer.pad_token_id, device,
                                              protocol.n_turns, frozen_seats, role.seats, reference,
                                              cfg.chat.temperature))
                 stats = _combined([s for s in role_stats if s is not None])
@@ -435,7 +435,7 @@ def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ..
     return [("", tuple(protocol.seats))]
 
 
-def _learn(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
+def learn_role(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
            frozen: list[str | None] | None = None, seats=None, reference=None,
            temperature: float = 1.0) -> StepStats | None:
     """One GRPO update of one set of weights from one run's chats (grouped by problem): advantages, then the

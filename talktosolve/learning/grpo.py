@@ -189,7 +189,7 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _pad_right(rows: list, pad_id: int, device):
+def pad_right(rows: list, pad_id: int, device):
     """ids [B, T] and advantages [n] on `device`, and the trained-token mask [B, T] on the CPU (it only serves
     to find positions, which the host can do without waiting for the device); advantages are in row-major
     order of the trained tokens. `rows` are `Sequence`s (or `Sample`s, one message each).
@@ -216,7 +216,7 @@ class ChosenLogprobs(torch.autograd.Function):
 
     d logp_t / d h_t = W^T (onehot_t - softmax_t) needs the row's softmax, which the forward pass has in hand: it
     is multiplied by W there, once, and kept ([n, H], small), so the backward pass is a product by the incoming
-    gradient. Checkpointed chunks (`_chunk_logprobs`) run the output layer three times (forward, again in
+    gradient. Checkpointed chunks (`chunk_logprobs`) run the output layer three times (forward, again in
     backward, and its input gradient) and the fp32 softmax's passes twice; this runs it twice and them once. The
     output layer must be frozen (no gradient for W is computed). docs/performance.md#learning times both."""
 
@@ -239,12 +239,12 @@ class ChosenLogprobs(torch.autograd.Function):
 
 
 FUSED_HEAD = True
-"""On CUDA, the output layer's softmax (`_softmax_minus_onehot`) runs compiled: its passes over the [chunk x
+"""On CUDA, the output layer's softmax (`softmax_minus_onehot`) runs compiled: its passes over the [chunk x
 vocabulary] logits fused into a few kernels that read them in bf16, not six fp32 passes; False runs it eagerly
 (the benchmarks time both: docs/performance.md#learning)."""
 
 
-def _softmax_minus_onehot(logits: torch.Tensor, targets: torch.Tensor):
+def softmax_minus_onehot(logits: torch.Tensor, targets: torch.Tensor):
     """logits [c, V], targets [c, 1] -> (log softmax at the targets [c] fp32, softmax - onehot [c, V] in the
     logits' dtype), computed in fp32."""
     z = logits.float()
@@ -256,18 +256,21 @@ def _softmax_minus_onehot(logits: torch.Tensor, targets: torch.Tensor):
 
 
 @functools.cache
-def _compiled_softmax():
-    return torch.compile(_softmax_minus_onehot, dynamic=True)
+def compiled_softmax():
+    """`softmax_minus_onehot` compiled once, for any chunk size."""
+    return torch.compile(softmax_minus_onehot, dynamic=True)
 
 
 def _head_softmax(logits: torch.Tensor, targets: torch.Tensor):
     if logits.is_cuda and FUSED_HEAD:
-        return _compiled_softmax()(logits, targets)
-    return _softmax_minus_onehot(logits, targets)
+        return compiled_softmax()(logits, targets)
+    return softmax_minus_onehot(logits, targets)
 
 
-def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module,
-                    temperature: float = 1.0) -> torch.Tensor:
+def chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """Log-probabilities of `targets` [n] under the output layer `head` applied to `hidden` [n, H], at the
+    sampling temperature: one chunk of the learner's rows."""
     logits = head(hidden).float() / temperature  # [n, V]
     return torch.gather(logits.log_softmax(-1), 1, targets[:, None]).squeeze(1)  # [n]
 
@@ -277,7 +280,7 @@ def token_logprobs(model, ids: torch.Tensor, comp: torch.Tensor, chunk: int = 10
     """log pi(token) of every generated token, flattened in row-major order: [n_generated]; pi is the sampler's
     distribution, softmax(logits / temperature).
 
-    `ids` are right-padded rows (see `_pad_right`: no attention mask is needed); `comp` [B, T] marks the
+    `ids` are right-padded rows (see `pad_right`: no attention mask is needed); `comp` [B, T] marks the
     trained tokens, best kept on the CPU: their positions are then found with no device synchronisation."""
     if bool(comp[:, 0].any()):
         raise ValueError("a trained token in column 0 has no token before it to be predicted from")
@@ -312,10 +315,10 @@ def _chosen_logprobs(h: torch.Tensor, targets: torch.Tensor, head, chunk: int,
     parts = []
     for i in range(0, h.shape[0], chunk):
         if torch.is_grad_enabled():
-            parts.append(checkpoint(_chunk_logprobs, h[i:i + chunk], targets[i:i + chunk], head, temperature,
+            parts.append(checkpoint(chunk_logprobs, h[i:i + chunk], targets[i:i + chunk], head, temperature,
                                     use_reentrant=False))
         else:
-            parts.append(_chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head, temperature))
+            parts.append(chunk_logprobs(h[i:i + chunk], targets[i:i + chunk], head, temperature))
     return torch.cat(parts) if parts else h.new_zeros(0)
 
 
@@ -427,10 +430,10 @@ def grpo_update(model, optimizer, samples: list[Sample], *, pad_id: int, chats_p
                         adv = packed.advantages
                         read = functools.partial(packed_token_logprobs, packed=packed, temperature=temperature)
                     else:
-                        ids, comp, adv = _pad_right(batch, pad_id, device)
+                        ids, comp, adv = pad_right(batch, pad_id, device)
                         padded += ids.numel()
                         read = functools.partial(token_logprobs, ids=ids, comp=comp, temperature=temperature)
-                    ref = _reference_logprobs(model, reference, read) if kl_coef > 0 else None  # [n]
+                    ref = reference_logprobs(model, reference, read) if kl_coef > 0 else None  # [n]
                     logp = read(model)  # [n]
                 # On-policy ratio pi/sg(pi) == 1 with gradient grad log pi: the loss reads as in the docstring.
                 ratio = torch.exp(logp - logp.detach())
@@ -466,7 +469,7 @@ def kl_k3(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
-def _reference_logprobs(model, reference, read) -> torch.Tensor:
+def reference_logprobs(model, reference, read) -> torch.Tensor:
     """`read(model)` under the reference policy, without gradient: the frozen `reference`, or the model with its
     adapter switched off (under LoRA the base is the adapter-free model, so no second copy is held)."""
     with torch.no_grad():

@@ -304,7 +304,9 @@ def _init_numbers(model, tok, scale: float) -> None:
 
 # ---- the cached base ---------------------------------------------------------------------------------------------
 
-def _is_complete(folder: Path, key: str) -> bool:
+def is_complete(folder: Path, key: str) -> bool:
+    """Whether `folder` holds a micro base pretrained under the recipe `key`: its micro.json names that key and
+    its weights are there."""
     try:
         meta = json.loads((folder / "micro.json").read_text())
     except (OSError, ValueError):
@@ -325,12 +327,12 @@ def micro_base_path(recipe: BaseRecipe | None = None, *, rebuild: bool = False, 
     target = cache_root() / f"{name}-base-{key}"
     if rebuild and target.exists():
         shutil.rmtree(target)
-    if _is_complete(target, key):
+    if is_complete(target, key):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-base-{key}.", dir=target.parent))
     try:
-        if not rebuild and _is_complete(recipe.assets, key):
+        if not rebuild and is_complete(recipe.assets, key):
             for f in recipe.assets.iterdir():
                 if f.is_file():
                     shutil.copy2(f, tmp / f.name)
@@ -339,7 +341,7 @@ def micro_base_path(recipe: BaseRecipe | None = None, *, rebuild: bool = False, 
         try:
             os.replace(tmp, target)  # another process may have finished first: keep its folder
         except OSError:
-            if not _is_complete(target, key):
+            if not is_complete(target, key):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -215,7 +215,8 @@ def _replace_worker() -> None:
     _worker = _next_worker()
 
 
-def _shutdown() -> None:
+def shutdown_workers() -> None:
+    """Stop the grading worker processes (the next comparison starts a fresh one)."""
     global _worker, _spare
     with _lock:
         for w in (_worker, _spare):
@@ -224,7 +225,7 @@ def _shutdown() -> None:
         _worker = _spare = None
 
 
-atexit.register(_shutdown)
+atexit.register(shutdown_workers)
 
 
 def _verify_pairs(pairs: list[tuple[str, str]], timeout: float) -> list[bool]:
