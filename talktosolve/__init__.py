@@ -17,7 +17,7 @@ imports go round in a circle (`tests/test_layers.py` checks both, module-level a
 alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talktosolve` this file; a folder's
 `__init__.py` (`task`, `team`, ...) only names its concern, so it stands on the lowest floor.
 
-    rules:     arms protocol task.numbers task.magnitude task.grading task.split team.talk team.reward
+    rules:     arms protocol config_checks task.numbers task.magnitude task.grading task.split team.talk team.reward
                stats config team.chat task.data team.influence experiment.diagnose experiment.crossplay
                experiment.results experiment.plan experiment.partners learning.informative sampling.prefixes store folders
                experiment.pages tracking learning.distributed cpu_pins task team model sampling learning
