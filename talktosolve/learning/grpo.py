@@ -366,14 +366,18 @@ PACKED_ROWS = True
 
 
 def packs_rows(model, device) -> bool:
-    """Whether an update packs its rows: on CUDA where FlashAttention's varlen kernel runs (the update computes in
-    bf16 there), for a model whose attention transformers dispatches. Elsewhere rows are right-padded."""
+    """Whether an update packs its rows: on CUDA where FlashAttention's varlen kernel runs, for a model held in
+    bf16 or fp16 whose attention transformers dispatches. Elsewhere rows are right-padded: a model held in fp32
+    (the micro bases) computes its rotary embedding in fp32 even under autocast, so its queries and keys reach
+    the attention in fp32, which the flash kernel refuses."""
     device = torch.device(device)
     if not PACKED_ROWS or device.type != "cuda":
         return False
     base = base_model(model)
     config = getattr(base, "config", None)
     if config is None or not learn_packing.supported(base):
+        return False
+    if next(base.parameters()).dtype not in (torch.float16, torch.bfloat16):
         return False
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return prefill_attention.available(device, torch.bfloat16, head_dim)
