@@ -280,122 +280,25 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                if t.partners > 0 else None)
     if partner is not None and partner.snapshots and pending[0].start:
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
-    gpu = device.type == "cuda"
+    loop = _Loop(cfg, pending, protocol, tokenizer, device, rank, size, params, engines, learners, partner,
+                 partner_rows, reference)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
     bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
-    G = t.chats_per_problem
     for step in range(first, t.steps):
         began = time.perf_counter()
         active = [run for run in pending if run.start <= step]  # a resumed run further along waits
-        if gpu:
+        if loop.gpu:
             torch.cuda.reset_peak_memory_stats(device)
         try:
-            if shared:
-                players = []
-                for slot, run in enumerate(active):
-                    _swap_in(params, run)
-                    engines[0].store_adapter(slot)
-                    players.append(Player(engines[0], tokenizer, f"policy-{slot}", slot))
-            elif partner_rows:  # the slot engines sample from slot 0, not the live weights: store this step's
-                for engine in engines:
-                    engine.store_adapter(0)
-            if partner is not None:
-                partner.refresh(step)
-
-            def play(draw: int, batches: list[list]) -> list[list[_Group]]:
-                """One draw of the step: every run's batch (some may be empty) in one call a turn -> each run's
-                groups, in the order of its problems."""
-                who = [j for j, b in enumerate(batches) if b]
-                key = step if draw == 0 else f"{step}-{draw}"  # the first draw is the step's draw without options
-                frozen = None
-                if shared:
-                    seating = [{seat: players[j] for seat in protocol.seats} for j in who
-                               for _ in range(len(batches[j]) * G)]
-                    seed = _shared_seed([run.seed for run in active], key)
-                else:
-                    seating = learners
-                    seed = (active[0].seed * 100_003 + step + rank * 1_000_000_007 if draw == 0
-                            else _shared_seed([active[0].seed], key))
-                if partner is not None:  # runs sharing a process never have partners (config.validate)
-                    frozen = partner_seats(active[0].seed, key, t.problems_per_step if draw == 0 else len(batches[0]),
-                                           t.partners, protocol.seats)
-                    frozen = distributed.shard(frozen, rank, size) if draw == 0 else frozen
-                    seating = lineups(frozen, G, protocol.seats, learners, partner.players)
-                chats = play_chats([p for j in who for p in batches[j]],
-                                   [ARMS[active[j].arm] for j in who for _ in batches[j]],
-                                   seating, protocol, cfg.chat, chats_per_problem=G, seed=seed)
-                reward.score_chats(chats, protocol)
-                out: list[list[_Group]] = [[] for _ in batches]
-                for j in who:
-                    mine, chats = chats[:len(batches[j]) * G], chats[len(batches[j]) * G:]
-                    out[j] = [_Group(mine[i * G:(i + 1) * G], None if frozen is None else frozen[i], draw)
-                              for i in range(len(batches[j]))]
-                return out
-
-            first_batches = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
-                                               rank, size) for run in active]
-            groups = play(0, first_batches)
-            wanted = [len(b) for b in first_batches]
-            for draw in range(1, t.max_draws if t.dynamic_sampling else 1):
-                more = [[] if enough(_rewards(g), n) else
-                        more_problems(run.problems, run.seed, step, draw, n, {x.chats[0].problem_id for x in g})
-                        for run, g, n in zip(active, groups, wanted)]
-                if not any(more):
-                    break
-                for g, new in zip(groups, play(draw, more)):
-                    g += new
-            if shared:
-                # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
-                # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
-                engines[0].release()
-            elif t.release_sampler:
-                for engine in engines:
-                    if isinstance(engine, StaticEngine):
-                        engine.release(weights=True)
-            sampled = time.perf_counter()
-            peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if gpu else None
+            players = loop.seat(step, active)
+            groups, wanted = loop.draw(step, active, players)
+            loop.release()
+            sample_seconds = (time.perf_counter() - began) / len(active)  # shared sampling: each run pays its share
+            peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if loop.gpu else None
             rows = []
-            for j, run in enumerate(active):
-                learn_began = time.perf_counter()
-                if gpu:  # the two phases' peaks apart: they call for different remedies
-                    torch.cuda.reset_peak_memory_stats(device)
-                if shared:
-                    _swap_in(params, run)
-                kept = (chosen(_rewards(groups[j]), wanted[j]) if t.dynamic_sampling
-                        else list(range(len(groups[j]))))
-                mine = [c for i in kept for c in groups[j][i].chats]
-                frozen_seats = None if partner is None else [groups[j][i].frozen for i in kept for _ in range(G)]
-                role_stats = []
-                for role in run.roles:
-                    for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
-                        group["lr"] = learning_rate(t, step)
-                    role_stats.append(learn_role(role.model, role.optimizer, mine, t, tokenizer.pad_token_id, device,
-                                             protocol.n_turns, frozen_seats, role.seats, reference,
-                                             cfg.chat.temperature))
-                stats = _combined([s for s in role_stats if s is not None])
-                if shared:
-                    _swap_out(params, run)
-                learned = time.perf_counter()
-                # Sampling was shared: each run is charged its share of it.
-                sample_seconds = (sampled - began) / len(active)
-                transcripts = distributed.gather([
-                    {"step": step, **c.transcript(), **_partner_record(g.frozen, partner, step),
-                     **({"draw": g.draw, "trained": i in kept} if t.dynamic_sampling else {})}
-                    for i, g in enumerate(groups[j]) for c in g.chats])
-                row = step_metrics(step, [c for c in transcripts if c.get("draw", 0) == 0], protocol, stats,
-                                   sample_seconds + learned - learn_began, sample_seconds, learned - learn_began)
-                if t.dynamic_sampling:
-                    row.update(draw_metrics(groups[j], kept))
-                if shared:
-                    row["perf/shared_runs"] = len(active)
-                if gpu:
-                    peak_learn = torch.cuda.max_memory_allocated(device) / 2**30
-                    row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
-                                "perf/peak_learn_gb": peak_learn})
-                if main:
-                    _record(run, step, row, transcripts, t, partner)
-                rows.append(row)
+            for run, mine, n in zip(active, groups, wanted):
+                rows.append(loop.learn(step, run, mine, n, sample_seconds, peak_sample))
         except NonFiniteLoss as e:
             bar.close()
             kept = checkpoint.latest(run.dir)
@@ -425,6 +328,159 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         if shared:
             _swap_in(params, run)
         _finish(run, cfg, size, main)
+
+
+@dataclass
+class _Loop:
+    """What every training step reads, set up once by `train_runs`: the runs, the trainable tensors and the
+    engines, each seat's learner, the frozen partner. Its methods are the step's phases, in order: `seat` (who
+    plays: each run's weights in its slot), `draw` (the problems, played and scored, drawn again for informative
+    groups), `release` (the sampler's memory, for learning), `learn` (one run's update, its metrics and logs)."""
+
+    cfg: Config
+    pending: list[_Run]
+    protocol: Protocol
+    tokenizer: object
+    device: torch.device
+    rank: int
+    size: int
+    params: list
+    """The model's trainable tensors, into which runs sharing a process swap their own."""
+    engines: list
+    learners: dict
+    """Each seat's learner `Player` (the shared one in every seat)."""
+    partner: FrozenPartner | None
+    partner_rows: bool
+    """The frozen partner samples in the learner's own engine (its rows through their own slot or none)."""
+    reference: object
+
+    @property
+    def shared(self) -> bool:
+        return len(self.pending) > 1
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def seat(self, step: int, active: list[_Run]) -> list[Player]:
+        """Runs sharing a process: each active run's adapter stored in its slot, a `Player` per slot. A partner in
+        the learner's engine: the learner's adapter stored in slot 0 (the slot engines sample from it, not the
+        live weights). The frozen partner brought to this step."""
+        players = []
+        if self.shared:
+            for slot, run in enumerate(active):
+                _swap_in(self.params, run)
+                self.engines[0].store_adapter(slot)
+                players.append(Player(self.engines[0], self.tokenizer, f"policy-{slot}", slot))
+        elif self.partner_rows:
+            for engine in self.engines:
+                engine.store_adapter(0)
+        if self.partner is not None:
+            self.partner.refresh(step)
+        return players
+
+    def play(self, step: int, draw: int, batches: list[list], active: list[_Run],
+             players: list[Player]) -> list[list[_Group]]:
+        """One draw of the step: every run's batch (some may be empty) in one call a turn -> each run's groups, in
+        the order of its problems."""
+        t, protocol, G = self.cfg.train, self.protocol, self.cfg.train.chats_per_problem
+        who = [j for j, b in enumerate(batches) if b]
+        key = step if draw == 0 else f"{step}-{draw}"  # the first draw is the step's draw without options
+        frozen = None
+        if self.shared:
+            seating = [{seat: players[j] for seat in protocol.seats} for j in who for _ in range(len(batches[j]) * G)]
+            seed = _shared_seed([run.seed for run in active], key)
+        else:
+            seating = self.learners
+            seed = (active[0].seed * 100_003 + step + self.rank * 1_000_000_007 if draw == 0
+                    else _shared_seed([active[0].seed], key))
+        if self.partner is not None:  # runs sharing a process never have partners (config.validate)
+            frozen = partner_seats(active[0].seed, key, t.problems_per_step if draw == 0 else len(batches[0]),
+                                   t.partners, protocol.seats)
+            frozen = distributed.shard(frozen, self.rank, self.size) if draw == 0 else frozen
+            seating = lineups(frozen, G, protocol.seats, self.learners, self.partner.players)
+        chats = play_chats([p for j in who for p in batches[j]],
+                           [ARMS[active[j].arm] for j in who for _ in batches[j]],
+                           seating, protocol, self.cfg.chat, chats_per_problem=G, seed=seed)
+        reward.score_chats(chats, protocol)
+        out: list[list[_Group]] = [[] for _ in batches]
+        for j in who:
+            mine, chats = chats[:len(batches[j]) * G], chats[len(batches[j]) * G:]
+            out[j] = [_Group(mine[i * G:(i + 1) * G], None if frozen is None else frozen[i], draw)
+                      for i in range(len(batches[j]))]
+        return out
+
+    def draw(self, step: int, active: list[_Run], players: list[Player]) -> tuple[list[list[_Group]], list[int]]:
+        """The step's problems for each run, played and scored; with informative groups, drawn again (up to
+        `max_draws` batches) for each run whose groups do not yet hold enough signal. -> (each run's groups, how
+        many problems each run's step wants)."""
+        t = self.cfg.train
+        first_batches = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
+                                           self.rank, self.size) for run in active]
+        groups = self.play(step, 0, first_batches, active, players)
+        wanted = [len(b) for b in first_batches]
+        for draw in range(1, t.max_draws if t.dynamic_sampling else 1):
+            more = [[] if enough(_rewards(g), n) else
+                    more_problems(run.problems, run.seed, step, draw, n, {x.chats[0].problem_id for x in g})
+                    for run, g, n in zip(active, groups, wanted)]
+            if not any(more):
+                break
+            for g, new in zip(groups, self.play(step, draw, more, active, players)):
+                g += new
+        return groups, wanted
+
+    def release(self) -> None:
+        """The sampler's memory, given back before learning."""
+        if self.shared:
+            # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
+            # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
+            self.engines[0].release()
+        elif self.cfg.train.release_sampler:
+            for engine in self.engines:
+                if isinstance(engine, StaticEngine):
+                    engine.release(weights=True)
+
+    def learn(self, step: int, run: _Run, groups: list[_Group], wanted: int, sample_seconds: float,
+              peak_sample: float | None) -> dict:
+        """One run's update from its groups (the informative ones, with that option), then its metrics row and
+        transcripts written (rank 0) and its checkpoint when one is due. -> the row."""
+        t, protocol, G = self.cfg.train, self.protocol, self.cfg.train.chats_per_problem
+        learn_began = time.perf_counter()
+        if self.gpu:  # the two phases' peaks apart: they call for different remedies
+            torch.cuda.reset_peak_memory_stats(self.device)
+        if self.shared:
+            _swap_in(self.params, run)
+        kept = chosen(_rewards(groups), wanted) if t.dynamic_sampling else list(range(len(groups)))
+        mine = [c for i in kept for c in groups[i].chats]
+        frozen_seats = None if self.partner is None else [groups[i].frozen for i in kept for _ in range(G)]
+        role_stats = []
+        for role in run.roles:
+            for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
+                group["lr"] = learning_rate(t, step)
+            role_stats.append(learn_role(role.model, role.optimizer, mine, t, self.tokenizer.pad_token_id,
+                                         self.device, protocol.n_turns, frozen_seats, role.seats, self.reference,
+                                         self.cfg.chat.temperature))
+        stats = _combined([s for s in role_stats if s is not None])
+        if self.shared:
+            _swap_out(self.params, run)
+        learned = time.perf_counter()
+        transcripts = distributed.gather([
+            {"step": step, **c.transcript(), **_partner_record(g.frozen, self.partner, step),
+             **({"draw": g.draw, "trained": i in kept} if t.dynamic_sampling else {})}
+            for i, g in enumerate(groups) for c in g.chats])
+        row = step_metrics(step, [c for c in transcripts if c.get("draw", 0) == 0], protocol, stats,
+                           sample_seconds + learned - learn_began, sample_seconds, learned - learn_began)
+        if t.dynamic_sampling:
+            row.update(draw_metrics(groups, kept))
+        if self.shared:
+            row["perf/shared_runs"] = len([r for r in self.pending if r.start <= step])
+        if self.gpu:
+            peak_learn = torch.cuda.max_memory_allocated(self.device) / 2**30
+            row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
+                        "perf/peak_learn_gb": peak_learn})
+        if self.rank == 0:
+            _record(run, step, row, transcripts, t, self.partner)
+        return row
 
 
 def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ...]]]:
