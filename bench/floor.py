@@ -93,7 +93,7 @@ def main():
 
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
-    from talktosolve.experiment.train import step_problems
+    from talktosolve.experiment.step import step_problems
     from talktosolve.protocol import protocol_of
     from talktosolve.sampling.rollout import Player, play_chats
     from talktosolve.task.tasks import load_problems

@@ -134,3 +134,11 @@ def test_the_learner_pads_the_rows_of_a_model_held_in_fp32_even_where_flash_atte
     monkeypatch.setattr(grpo.prefill_attention, "available", lambda *args: True)  # as on a GPU that has it
     assert not grpo.packs_rows(lora_model(dtype=torch.float32), "cuda")
     assert grpo.packs_rows(lora_model(dtype=torch.bfloat16), "cuda")
+
+
+@pytest.mark.gpu
+def test_packed_rows_through_flash_attention_give_the_padded_rows_logprobs_and_gradients_on_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    check_packed_equals_padded("cuda", torch.bfloat16, pa.flash, atol=3e-2)
+    assert grpo.packs_rows(lora_model(device="cuda", dtype=torch.bfloat16), "cuda")

@@ -27,7 +27,7 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
 
     from talktosolve.arms import ARMS
     from talktosolve.config import make_config
-    from talktosolve.experiment.train import learn_role
+    from talktosolve.experiment.step import learn_role
     from talktosolve.micro.task import make_problems
     from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of

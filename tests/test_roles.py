@@ -40,7 +40,7 @@ def _chats(tiny_model_dir):
 
 
 def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model_dir):
-    from talktosolve.experiment.train import learn_role
+    from talktosolve.experiment.step import learn_role
     from talktosolve.learning.grpo import Sample, group_advantages, grpo_update
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
@@ -62,7 +62,7 @@ def test_a_roles_update_is_the_update_on_its_own_seats_messages_alone(tiny_model
 
 
 def test_a_role_whose_seats_were_all_frozen_makes_no_update(tiny_model_dir):
-    from talktosolve.experiment.train import learn_role
+    from talktosolve.experiment.step import learn_role
 
     cfg, tok, model, protocol, chats = _chats(tiny_model_dir)
     before = {n: p.clone() for n, p in model.named_parameters()}

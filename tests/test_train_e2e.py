@@ -190,7 +190,7 @@ def test_metrics_mirror_to_tensorboard(tiny_model_dir, tmp_path):
 
 def test_learning_rate_is_a_function_of_the_step():
     from talktosolve.config import TrainConfig
-    from talktosolve.experiment.train import learning_rate
+    from talktosolve.experiment.step import learning_rate
 
     t = TrainConfig(lr=1e-3, warmup_steps=4)
     assert [learning_rate(t, s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
@@ -198,7 +198,7 @@ def test_learning_rate_is_a_function_of_the_step():
 
 
 def test_step_problems_walk_seeded_epochs():
-    from talktosolve.experiment.train import step_problems
+    from talktosolve.experiment.step import step_problems
 
     problems = list(range(12))
     epoch0 = [p for t in range(3) for p in step_problems(problems, 0, t, 4)]

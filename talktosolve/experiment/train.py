@@ -38,22 +38,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from talktosolve.arms import ARMS
 from talktosolve.config import RUN, Config, config_key, key_fields
 from talktosolve.experiment.frozen import FrozenPartner, in_learners_engines, partner_key, partner_slots
-from talktosolve.experiment.partners import lineups, partner_seats
 from talktosolve.experiment.pool import PoolError, training_pool
+from talktosolve.experiment.step import Loop, Role, Run, fmt, swap_in
 from talktosolve.learning import distributed
-from talktosolve.learning.grpo import NonFiniteLoss, Sample, StepStats, group_advantages, grpo_update
-from talktosolve.learning.informative import chosen, enough, informative, more_problems
+from talktosolve.learning.grpo import NonFiniteLoss
 from talktosolve.model import checkpoint
 from talktosolve.model.policy import (
     compile_layers,
@@ -67,10 +63,8 @@ from talktosolve.model.policy import (
 )
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve.sampling.fast_engine import StaticEngine, make_engine
-from talktosolve.sampling.rollout import Player, play_chats
-from talktosolve.store import append_jsonl, read_json, truncate_jsonl, write_json
-from talktosolve.team import reward
-from talktosolve.team.talk import aggregate_talk, chat_talk
+from talktosolve.sampling.rollout import Player
+from talktosolve.store import read_json, truncate_jsonl, write_json
 
 
 class TrainingError(RuntimeError):
@@ -103,61 +97,6 @@ def is_done(run_dir: Path, cfg: Config, arm: str, seed: int) -> bool:
         return False
     grouped = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, runs_per_process=group))
     return key == config_key(run_config(grouped, arm, seed))
-
-
-def learning_rate(t, step: int) -> float:
-    """train.lr, ramped up linearly over the first train.warmup_steps steps (step 0 uses lr / warmup_steps)."""
-    return t.lr * min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps else t.lr
-
-
-def step_problems(problems: list, seed: int, step: int, n: int) -> list:
-    """The problems of step `step`: a stream of seeded permutations (epochs) of the training set."""
-    orders: dict[int, list[int]] = {}  # one shuffle per epoch this step touches
-    out = []
-    for i in range(step * n, step * n + n):
-        epoch, pos = divmod(i, len(problems))
-        if epoch not in orders:
-            orders[epoch] = list(range(len(problems)))
-            random.Random(f"{seed}-{epoch}").shuffle(orders[epoch])
-        out.append(problems[orders[epoch][pos]])
-    return out
-
-
-@dataclass
-class _Role:
-    """One set of a run's trained weights and the seats it plays: the shared adapter (every seat), or, with
-    per-role adapters, one seat's own (its own model, engine and optimizer)."""
-
-    name: str
-    """`""` for the shared weights; the seat's name for a role's (its checkpoint subfolder and final/ folder)."""
-    seats: tuple[str, ...]
-    model: object
-    params: list
-    optimizer: torch.optim.Optimizer | None = None
-
-
-@dataclass
-class _Run:
-    """One (arm, seed) run of this process."""
-
-    arm: str
-    seed: int
-    dir: Path
-    key: str
-    loggers: tuple = ()
-    roles: list[_Role] = field(default_factory=list)
-    start: int = 0
-    weights: list | None = None
-    """Its trainable tensors while the model holds another run's (runs sharing a process); None when alone."""
-    problems: list = field(default_factory=list)
-    """The training problems it draws from: all of them, or its arm's pool (`pool.py`)."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.arm} seed {self.seed}"
-
-    def parts(self) -> checkpoint.Parts:
-        return {role.name: (role.model, role.optimizer) for role in self.roles}
 
 
 def train(cfg: Config, arm: str, seed: int, run_dir: Path, problems: list, *, progress: bool = True,
@@ -199,7 +138,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         if config_path.exists() and read_json(config_path).get("key") != key:
             raise TrainingError(f"{run_dir} holds a run of a different config. Use a new --out folder, or delete "
                                 "this one to start over.")
-        pending.append(_Run(arm, seed, run_dir, key, logs))
+        pending.append(Run(arm, seed, run_dir, key, logs))
     if not pending:
         return
     t = cfg.train
@@ -248,7 +187,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     for run, ckpt in zip(pending, checkpoint.resume_points([run.dir for run in pending])):
         if shared:
             _fresh_adapter(model, run.seed)
-        run.roles = [_Role(name, seats, m, [p for p in m.parameters() if p.requires_grad])
+        run.roles = [Role(name, seats, m, [p for p in m.parameters() if p.requires_grad])
                      for (name, seats), m in zip(roles, models)]
         for role in run.roles:
             role.optimizer = torch.optim.AdamW(role.params, lr=t.lr, betas=tuple(t.betas),
@@ -280,7 +219,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                if t.partners > 0 else None)
     if partner is not None and partner.snapshots and pending[0].start:
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
-    loop = _Loop(cfg, pending, protocol, tokenizer, device, rank, size, params, engines, learners, partner,
+    loop = Loop(cfg, pending, protocol, tokenizer, device, rank, size, params, engines, learners, partner,
                  partner_rows, reference)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
@@ -321,166 +260,13 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         distributed.barrier()
         sends = [r["talk/send"] for r in rows if r["talk/send"] is not None]  # the mean over the step's runs
         bar.set_postfix(reward=f"{sum(r['train/reward'] for r in rows) / len(rows):.3f}",
-                        send=_fmt(sum(sends) / len(sends) if sends else None))
+                        send=fmt(sum(sends) / len(sends) if sends else None))
         bar.update(1)
     bar.close()
     for run in pending:
         if shared:
-            _swap_in(params, run)
+            swap_in(params, run)
         _finish(run, cfg, size, main)
-
-
-@dataclass
-class _Loop:
-    """What every training step reads, set up once by `train_runs`: the runs, the trainable tensors and the
-    engines, each seat's learner, the frozen partner. Its methods are the step's phases, in order: `seat` (who
-    plays: each run's weights in its slot), `draw` (the problems, played and scored, drawn again for informative
-    groups), `release` (the sampler's memory, for learning), `learn` (one run's update, its metrics and logs)."""
-
-    cfg: Config
-    pending: list[_Run]
-    protocol: Protocol
-    tokenizer: object
-    device: torch.device
-    rank: int
-    size: int
-    params: list
-    """The model's trainable tensors, into which runs sharing a process swap their own."""
-    engines: list
-    learners: dict
-    """Each seat's learner `Player` (the shared one in every seat)."""
-    partner: FrozenPartner | None
-    partner_rows: bool
-    """The frozen partner samples in the learner's own engine (its rows through their own slot or none)."""
-    reference: object
-
-    @property
-    def shared(self) -> bool:
-        return len(self.pending) > 1
-
-    @property
-    def gpu(self) -> bool:
-        return self.device.type == "cuda"
-
-    def seat(self, step: int, active: list[_Run]) -> list[Player]:
-        """Runs sharing a process: each active run's adapter stored in its slot, a `Player` per slot. A partner in
-        the learner's engine: the learner's adapter stored in slot 0 (the slot engines sample from it, not the
-        live weights). The frozen partner brought to this step."""
-        players = []
-        if self.shared:
-            for slot, run in enumerate(active):
-                _swap_in(self.params, run)
-                self.engines[0].store_adapter(slot)
-                players.append(Player(self.engines[0], self.tokenizer, f"policy-{slot}", slot))
-        elif self.partner_rows:
-            for engine in self.engines:
-                engine.store_adapter(0)
-        if self.partner is not None:
-            self.partner.refresh(step)
-        return players
-
-    def play(self, step: int, draw: int, batches: list[list], active: list[_Run],
-             players: list[Player]) -> list[list[_Group]]:
-        """One draw of the step: every run's batch (some may be empty) in one call a turn -> each run's groups, in
-        the order of its problems."""
-        t, protocol, G = self.cfg.train, self.protocol, self.cfg.train.chats_per_problem
-        who = [j for j, b in enumerate(batches) if b]
-        key = step if draw == 0 else f"{step}-{draw}"  # the first draw is the step's draw without options
-        frozen = None
-        if self.shared:
-            seating = [{seat: players[j] for seat in protocol.seats} for j in who for _ in range(len(batches[j]) * G)]
-            seed = _shared_seed([run.seed for run in active], key)
-        else:
-            seating = self.learners
-            seed = (active[0].seed * 100_003 + step + self.rank * 1_000_000_007 if draw == 0
-                    else _shared_seed([active[0].seed], key))
-        if self.partner is not None:  # runs sharing a process never have partners (config.validate)
-            frozen = partner_seats(active[0].seed, key, t.problems_per_step if draw == 0 else len(batches[0]),
-                                   t.partners, protocol.seats)
-            frozen = distributed.shard(frozen, self.rank, self.size) if draw == 0 else frozen
-            seating = lineups(frozen, G, protocol.seats, self.learners, self.partner.players)
-        chats = play_chats([p for j in who for p in batches[j]],
-                           [ARMS[active[j].arm] for j in who for _ in batches[j]],
-                           seating, protocol, self.cfg.chat, chats_per_problem=G, seed=seed)
-        reward.score_chats(chats, protocol)
-        out: list[list[_Group]] = [[] for _ in batches]
-        for j in who:
-            mine, chats = chats[:len(batches[j]) * G], chats[len(batches[j]) * G:]
-            out[j] = [_Group(mine[i * G:(i + 1) * G], None if frozen is None else frozen[i], draw)
-                      for i in range(len(batches[j]))]
-        return out
-
-    def draw(self, step: int, active: list[_Run], players: list[Player]) -> tuple[list[list[_Group]], list[int]]:
-        """The step's problems for each run, played and scored; with informative groups, drawn again (up to
-        `max_draws` batches) for each run whose groups do not yet hold enough signal. -> (each run's groups, how
-        many problems each run's step wants)."""
-        t = self.cfg.train
-        first_batches = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
-                                           self.rank, self.size) for run in active]
-        groups = self.play(step, 0, first_batches, active, players)
-        wanted = [len(b) for b in first_batches]
-        for draw in range(1, t.max_draws if t.dynamic_sampling else 1):
-            more = [[] if enough(_rewards(g), n) else
-                    more_problems(run.problems, run.seed, step, draw, n, {x.chats[0].problem_id for x in g})
-                    for run, g, n in zip(active, groups, wanted)]
-            if not any(more):
-                break
-            for g, new in zip(groups, self.play(step, draw, more, active, players)):
-                g += new
-        return groups, wanted
-
-    def release(self) -> None:
-        """The sampler's memory, given back before learning."""
-        if self.shared:
-            # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
-            # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
-            self.engines[0].release()
-        elif self.cfg.train.release_sampler:
-            for engine in self.engines:
-                if isinstance(engine, StaticEngine):
-                    engine.release(weights=True)
-
-    def learn(self, step: int, run: _Run, groups: list[_Group], wanted: int, sample_seconds: float,
-              peak_sample: float | None) -> dict:
-        """One run's update from its groups (the informative ones, with that option), then its metrics row and
-        transcripts written (rank 0) and its checkpoint when one is due. -> the row."""
-        t, protocol, G = self.cfg.train, self.protocol, self.cfg.train.chats_per_problem
-        learn_began = time.perf_counter()
-        if self.gpu:  # the two phases' peaks apart: they call for different remedies
-            torch.cuda.reset_peak_memory_stats(self.device)
-        if self.shared:
-            _swap_in(self.params, run)
-        kept = chosen(_rewards(groups), wanted) if t.dynamic_sampling else list(range(len(groups)))
-        mine = [c for i in kept for c in groups[i].chats]
-        frozen_seats = None if self.partner is None else [groups[i].frozen for i in kept for _ in range(G)]
-        role_stats = []
-        for role in run.roles:
-            for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
-                group["lr"] = learning_rate(t, step)
-            role_stats.append(learn_role(role.model, role.optimizer, mine, t, self.tokenizer.pad_token_id,
-                                         self.device, protocol.n_turns, frozen_seats, role.seats, self.reference,
-                                         self.cfg.chat.temperature))
-        stats = _combined([s for s in role_stats if s is not None])
-        if self.shared:
-            _swap_out(self.params, run)
-        learned = time.perf_counter()
-        transcripts = distributed.gather([
-            {"step": step, **c.transcript(), **_partner_record(g.frozen, self.partner, step),
-             **({"draw": g.draw, "trained": i in kept} if t.dynamic_sampling else {})}
-            for i, g in enumerate(groups) for c in g.chats])
-        row = step_metrics(step, [c for c in transcripts if c.get("draw", 0) == 0], protocol, stats,
-                           sample_seconds + learned - learn_began, sample_seconds, learned - learn_began)
-        if t.dynamic_sampling:
-            row.update(draw_metrics(groups, kept))
-        if self.shared:
-            row["perf/shared_runs"] = len([r for r in self.pending if r.start <= step])
-        if self.gpu:
-            peak_learn = torch.cuda.max_memory_allocated(self.device) / 2**30
-            row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
-                        "perf/peak_learn_gb": peak_learn})
-        if self.rank == 0:
-            _record(run, step, row, transcripts, t, self.partner)
-        return row
 
 
 def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ...]]]:
@@ -489,76 +275,6 @@ def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ..
     if cfg.model.adapters == "per_role":
         return [(seat, (seat,)) for seat in protocol.seats]
     return [("", tuple(protocol.seats))]
-
-
-def learn_role(model, optimizer, chats: list, t, pad_id: int, device, messages_per_chat: int,
-           frozen: list[str | None] | None = None, seats=None, reference=None,
-           temperature: float = 1.0) -> StepStats | None:
-    """One GRPO update of one set of weights from one run's chats (grouped by problem): advantages, then the
-    samples of the seats these weights play (`seats`; None: every seat). `frozen[i]`: the seat a frozen
-    partner played in chat i (None: self-play); its messages are not trained. Only the trained messages count
-    in the normaliser, so each role's loss is a mean over its own tokens. None when these weights wrote no
-    message this step (every one of their seats was frozen): no update."""
-    G = t.chats_per_problem
-    adv = group_advantages([[c.reward for c in chats[i:i + G]] for i in range(0, len(chats), G)])
-    frozen = frozen or [None] * len(chats)
-    samples = []
-    for ci, (c, a) in enumerate(zip(chats, [a for group in adv for a in group])):
-        c.advantage = a
-        samples += [Sample(tr.prompt_ids, tr.completion_ids, a, ci) for tr in c.turns
-                    if tr.speaker != frozen[ci] and (seats is None or tr.speaker in seats)]
-    n_tokens = int(distributed.sum_scalar(sum(len(x.completion_ids) for x in samples), device))
-    if n_tokens == 0:
-        return None
-    return grpo_update(model, optimizer, samples, pad_id=pad_id, n_tokens=n_tokens,
-                       chats_per_microbatch=t.chats_per_microbatch, grad_clip=t.grad_clip, device=device,
-                       microbatch_tokens=t.microbatch_tokens, messages_per_chat=messages_per_chat,
-                       kl_coef=t.kl_coef, reference=reference, temperature=temperature)
-
-
-def _combined(stats: list[StepStats]) -> StepStats:
-    """The step's figures over its roles' updates: losses weighted by tokens (the loss one update over all of
-    them would report), gradient norms as the norm of all roles' gradients together, counts summed."""
-    if len(stats) == 1:
-        return stats[0]
-    tokens = sum(s.tokens for s in stats)
-    return StepStats(loss=sum(s.loss * s.tokens for s in stats) / tokens,
-                     grad_norm=sum(s.grad_norm ** 2 for s in stats) ** 0.5, tokens=tokens,
-                     samples=sum(s.samples for s in stats), skipped=sum(s.skipped for s in stats),
-                     row_tokens=sum(s.row_tokens for s in stats), padded_tokens=sum(s.padded_tokens for s in stats),
-                     microbatches=sum(s.microbatches for s in stats))
-
-
-def _partner_record(seat: str | None, partner: FrozenPartner | None, step: int) -> dict:
-    """A transcript's partner: the seat the frozen partner played (only in runs that train with partners), and
-    for a snapshot partner the step whose weights it held."""
-    if partner is None:
-        return {}
-    held = partner.snapshot_step(step) if seat is not None else None
-    return {"partner_seat": seat, **({"partner_step": held} if held is not None else {})}
-
-
-@dataclass
-class _Group:
-    """The chats of one problem in one step (a GRPO group), the seat a frozen partner played in all of them (or
-    None) and the draw of the step it came from."""
-
-    chats: list
-    frozen: str | None
-    draw: int
-
-
-def _rewards(groups: list[_Group]) -> list[list[float]]:
-    return [[c.reward for c in g.chats] for g in groups]
-
-
-def draw_metrics(groups: list[_Group], kept: list[int]) -> dict:
-    """With informative groups: how many batches the step drew, the share of its drawn groups whose rewards
-    differ, and the mean reward of the chats it learned from."""
-    trained = [c.reward for i in kept for c in groups[i].chats]
-    return {"train/draws": max(g.draw for g in groups) + 1, "train/groups_drawn": len(groups),
-            "train/informative_share": sum(informative(r) for r in _rewards(groups)) / len(groups),
-            "train/reward_trained": sum(trained) / len(trained)}
 
 
 def _reference(cfg: Config, base):
@@ -572,17 +288,7 @@ def _reference(cfg: Config, base):
     return model.eval()
 
 
-def _record(run: _Run, step: int, row: dict, transcripts: list, t, partner: FrozenPartner | None) -> None:
-    """A step's logs, then its checkpoint when one is due (the model holds this run's weights)."""
-    append_jsonl(run.dir / "transcripts.jsonl", transcripts)
-    append_jsonl(run.dir / "metrics.jsonl", [row])
-    for log in run.loggers:
-        log(row, step)
-    if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
-        checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
-
-
-def _finish(run: _Run, cfg: Config, size: int, main: bool) -> None:
+def _finish(run: Run, cfg: Config, size: int, main: bool) -> None:
     """The trained weights into `final/` (per-role: `final/{seat}/`), then `done.json` (the model holds this
     run's weights)."""
     checksums = distributed.gather([checkpoint.weights_checksum(*(role.model for role in run.roles))])
@@ -601,18 +307,6 @@ def _finish(run: _Run, cfg: Config, size: int, main: bool) -> None:
     distributed.barrier()
 
 
-@torch.no_grad()
-def _swap_in(params: list, run: _Run) -> None:
-    for p, w in zip(params, run.weights):
-        p.copy_(w)
-
-
-@torch.no_grad()
-def _swap_out(params: list, run: _Run) -> None:
-    for p, w in zip(params, run.weights):
-        w.copy_(p)
-
-
 def _fresh_adapter(model, seed: int) -> None:
     """Re-initialise the LoRA adapter as PEFT does (A random, B zero) from `seed`: each run of a shared process
     starts from an initialisation of its own seed."""
@@ -622,40 +316,4 @@ def _fresh_adapter(model, seed: int) -> None:
             for name in list(module.lora_A.keys()):
                 module.reset_lora_parameters(name, True)
 
-
-def _shared_seed(seeds: list[int], step: int) -> int:
-    """The sampling seed of a step shared by runs of these seeds (a function of the group and the step)."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{sorted(seeds)}-{step}".encode()).hexdigest()
-    return int(digest[:15], 16)
-
-
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def step_metrics(step: int, chats: list[dict], protocol: Protocol, stats, seconds: float, sample_seconds: float,
-                 learn_seconds: float = 0.0) -> dict:
-    """A step's metrics row, from its chats' transcripts (every rank's, when data-parallel)."""
-    talk = aggregate_talk([chat_talk(c, protocol) for c in chats])
-    n = len(chats)
-    return {
-        "step": step,
-        "train/reward": sum(c["reward"] for c in chats) / n,
-        **{f"train/acc_{seat}": sum(c["correct"][seat] for c in chats) / n for seat in protocol.seats},
-        "talk/send": talk.get("send"),
-        "talk/use": talk.get("use"),
-        "talk/ask": talk.get("ask"),
-        "loss/policy": stats.loss,
-        "loss/grad_norm": stats.grad_norm,
-        "perf/tokens": stats.tokens,
-        "perf/seconds": seconds,
-        "perf/sample_seconds": sample_seconds,
-        "perf/learn_seconds": learn_seconds,
-        "perf/learn_row_tokens": stats.row_tokens,
-        "perf/learn_padded_tokens": stats.padded_tokens,
-        "perf/learn_skipped_messages": stats.skipped,
-        **({"loss/kl": stats.kl} if stats.kl is not None else {}),
-    }
 

@@ -2,7 +2,7 @@
 of the groups it drew it learns from.
 
 A group (the chats of one problem in one step) is informative when its chats' rewards differ: only then is
-some advantage non-zero. A step draws its first batch as without the option (`train.step_problems`); while
+some advantage non-zero. A step draws its first batch as without the option (`step.step_problems`); while
 fewer than `problems_per_step` of its groups are informative and fewer than `max_draws` batches were drawn, it
 draws another batch of `problems_per_step` problems not yet drawn this step, from a stream seeded by
 (seed, step, draw), so a resumed run draws the same. It then learns from the first `problems_per_step`
