@@ -110,10 +110,10 @@ def test_pickled_adapter_is_refused(tiny_model_dir, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import talktosolve.experiment.train as train_mod
+    import talktosolve.experiment.step as step_mod
     from talktosolve.learning.grpo import NonFiniteLoss
 
-    real = train_mod.grpo_update
+    real = step_mod.grpo_update
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -122,26 +122,26 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_model_dir, tmp_p
             raise NonFiniteLoss("loss nan, gradient norm nan")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "grpo_update", flaky)
+    monkeypatch.setattr(step_mod, "grpo_update", flaky)
     out = tmp_path / "run"
     assert main(train_args(tiny_model_dir, out)) == 2
     err = capsys.readouterr().err
     assert "Step 1" in err and "step-000001" in err and "not applied" in err
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [0]
     assert not (out / "done.json").exists()
-    monkeypatch.setattr(train_mod, "grpo_update", real)
+    monkeypatch.setattr(step_mod, "grpo_update", real)
     assert main(train_args(tiny_model_dir, out)) == 0  # the same command resumes and finishes
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [0, 1]
 
 
 @pytest.mark.slow
 def test_gpu_out_of_memory_names_the_setting(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import talktosolve.experiment.train as train_mod
+    import talktosolve.experiment.step as step_mod
 
     def oom(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(train_mod, "grpo_update", oom)
+    monkeypatch.setattr(step_mod, "grpo_update", oom)
     assert main(train_args(tiny_model_dir, tmp_path / "run")) == 2
     err = capsys.readouterr().err
     assert "train.chats_per_microbatch" in err and "train.release_sampler" in err
@@ -165,12 +165,12 @@ def test_full_disk_leaves_no_partial_file(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_full_disk_in_the_cli_says_what_to_do(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import talktosolve.experiment.train as train_mod
+    import talktosolve.experiment.step as step_mod
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(train_mod, "append_jsonl", no_space)
+    monkeypatch.setattr(step_mod, "append_jsonl", no_space)
     assert main(train_args(tiny_model_dir, tmp_path / "run")) == 28
     assert "disk is full" in capsys.readouterr().err
 
