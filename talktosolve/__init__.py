@@ -30,7 +30,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
     sampling:  sampling.engine sampling.fast_engine sampling.rollout
     play:      experiment.evaluate experiment.frozen experiment.replay
     learning:  learning.grpo experiment.pool experiment.step experiment.train
-    recipe:    experiment.recipe experiment.assemble experiment.report experiment.plots
+    recipe:    experiment.recipe experiment.assemble experiment.report experiment.summary experiment.plots
     entry:     cli __main__
 
 `rules` are pure records and functions (no torch); `worlds` the problems a config names; `kernels` the

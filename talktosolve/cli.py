@@ -376,7 +376,7 @@ def cmd_recipe(args) -> int:
         _problems(cfg, out)  # built into out/data once; the recipe reads them there
         _preflight(cfg)
     from talktosolve.experiment.recipe import run_recipe
-    from talktosolve.experiment.report import terminal_summary
+    from talktosolve.experiment.summary import terminal_summary
 
     results = run_recipe(cfg, out, preset=args.preset, progress=not args.quiet,
                          loggers_for=(lambda name: _loggers(args, out / "runs" / name)) if args.log else None)

@@ -366,7 +366,7 @@ def test_every_option_of_every_command_says_what_it_is():
 
 
 def test_the_summary_header_and_time_line_read_plainly(tiny_recipe):
-    from talktosolve.experiment.report import terminal_summary
+    from talktosolve.experiment.summary import terminal_summary
 
     results = json.loads((tiny_recipe.out / "results.json").read_text())
     printed = terminal_summary(results)

@@ -37,7 +37,7 @@ What is checked, on every page (README.md and docs/*.md):
 7. A recipe's terminal summary quoted on several pages (a ```text block that starts `talktosolve: preset`) is
    the same on each.
 8. Names. An inline code span that names a config field (`train.lr`; `--set train.lr=3e-4` must also parse)
-   or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.experiment.report.terminal_summary`) names
+   or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.experiment.summary.terminal_summary`) names
    one that exists.
 
 `test_counts` prints how many commands, links, figures, names, quotes and Python blocks were checked
@@ -581,7 +581,7 @@ NAME_SPAN = re.compile(r"(?:--set )?(?P<key>[a-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:=(?P
 
 def names(page: Path) -> list[tuple[str, str]]:
     """(where, span) for every inline code span that names a config field (`train.lr`, `--set train.lr=3e-4`)
-    or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.experiment.report.terminal_summary`)."""
+    or something in a talktosolve module (`grpo.grpo_update`, `talktosolve.experiment.summary.terminal_summary`)."""
     prose, _ = split_page(page)
     found = []
     for line in prose:

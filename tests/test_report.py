@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from talktosolve.experiment.plan import eval_kind
-from talktosolve.experiment.report import PLOTS, render_markdown, terminal_summary, write_report
+from talktosolve.experiment.report import PLOTS, render_markdown, write_report
+from talktosolve.experiment.summary import terminal_summary
 from talktosolve.experiment.results import SCHEMA_PATH, ResultsError, find_eval, validate_results
 from talktosolve.stats import mean_ci_report, paired_delta_report
 

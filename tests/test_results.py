@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from test_report import SEEDS, make_results
 
-from talktosolve.experiment.report import render_markdown, terminal_summary
+from talktosolve.experiment.report import render_markdown
+from talktosolve.experiment.summary import terminal_summary
 from talktosolve.experiment.results import (
     CUT_MARGIN,
     SEED_CHECKS,

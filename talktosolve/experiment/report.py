@@ -123,23 +123,23 @@ def _comparison_line(comp: dict) -> str:
 
 # -------------------------------------------------------------------------------------------- the contents
 
-def _seeds(results: dict) -> list[str]:
+def seed_names(results: dict) -> list[str]:
     return [str(s) for s in results["run"]["seeds"]]
 
 
-def _arms(results: dict) -> list[str]:
+def arm_names(results: dict) -> list[str]:
     return list(results["run"]["arms"])
 
 
-def _seat_names(results: dict) -> list[str]:
+def seat_names(results: dict) -> list[str]:
     return list(results["run"]["protocol"]["seats"])
 
 
-def _eval_order(results: dict) -> list[str]:
+def eval_order(results: dict) -> list[str]:
     """Evaluation names grouped by kind (base teams, trained teams, cross-play, its other side), arm by arm."""
     out = []
     for kind in KINDS:
-        for arm in _arms(results):
+        for arm in arm_names(results):
             runs = [None] if kind == "base" else run_names(results, arm)
             out += [name for r in runs for name, _ in find_evals(results, arm, kind, r)]
     return out
@@ -177,7 +177,7 @@ def _protocol_text(protocol: dict) -> str:
 def _sections(results: dict) -> list[tuple]:
     """The report as a list of blocks: ("h1"|"h2"|"p"|"note", text), ("table", headers, rows), ("img", file, alt)."""
     run, evals = results["run"], results["evals"]
-    arms, seeds, seats = _arms(results), _seeds(results), _seat_names(results)
+    arms, seeds, seats = arm_names(results), seed_names(results), seat_names(results)
     out: list[tuple] = [("h1", f"talktosolve report: preset {results['preset']}")]
     out.append(("p", f"{run['model']} · {len(seats)} seats · arms {', '.join(arms)} · seeds {', '.join(seeds)} · "
                      f"{run['steps']} steps"))
@@ -213,7 +213,7 @@ def _sections(results: dict) -> list[tuple]:
     out.append(("p", "Mean of the graded answers per problem (every seat, every chat), over the held-out problems; "
                      "95% intervals over problems (per evaluation) and over problems and seeds (per arm)."))
     rows = []
-    for name in _eval_order(results):
+    for name in eval_order(results):
         ev = evals[name]
         rows.append([name, _describe(ev), f3(ev["accuracy"]), interval(ev["lo"], ev["hi"])]
                     + [f3(ev["acc"][s]) for s in seats] + [str(ev["n_problems"])])
@@ -228,7 +228,7 @@ def _sections(results: dict) -> list[tuple]:
                      "answer (use; use | sent: among those sent to it), pooled over seats; ask: its first message "
                      "asks something; agree: every boxed answer is the same number. Before = the untrained team; "
                      "after = each trained team. Per seat: send / use."))
-    talk_names = [n for n in _eval_order(results) if eval_kind(evals[n])[0] in ("base", "team")]
+    talk_names = [n for n in eval_order(results) if eval_kind(evals[n])[0] in ("base", "team")]
     rows = []
     for name in talk_names:
         t = evals[name]["talk"]
@@ -290,7 +290,7 @@ def _sections(results: dict) -> list[tuple]:
     return out
 
 
-def _influence_rows(results: dict, arm: str, kinds) -> list[tuple[dict, dict, dict]]:
+def influence_rows(results: dict, arm: str, kinds) -> list[tuple[dict, dict, dict]]:
     """(base entry, trained entry, trained - base) of each message, listener and kind of `arm`."""
     a = results["influence"]["arms"][arm]
     out = []
@@ -316,7 +316,7 @@ def _influence_sections(results: dict) -> list[tuple]:
                  "seeds); after − before is paired over problems.")]
     for arm in inf["arms"]:
         rows = []
-        for b, t, d in _influence_rows(results, arm, inf["kinds"]):
+        for b, t, d in influence_rows(results, arm, inf["kinds"]):
             rows.append([f"turn {t['turn']}: {t['writer']} → {t['listener']}", t["kind"],
                          f"{s3(b['drop']['mean'])} {interval(b['drop']['lo'], b['drop']['hi'], signed=True)}",
                          f"{s3(t['drop']['mean'])} {interval(t['drop']['lo'], t['drop']['hi'], signed=True)}",
@@ -337,7 +337,7 @@ def _cross_seed_blocks(results: dict) -> list[tuple]:
     """The cross-seed matrix of each line of runs, and its self-play minus cross-seed delta."""
     if "cross_seed" not in results:
         return []
-    first = _seat_names(results)[0]
+    first = seat_names(results)[0]
     out: list[tuple] = [("h2", "Cross-seed matrix"),
                         ("p", f"Each trained run in seat {first} with another seed's run of the same line in the other "
                               "seats (zero-shot coordination); the diagonal is each trained team. Cells: accuracy "
@@ -400,7 +400,7 @@ def _line_talk(results: dict, line: str, arm: str, key: str) -> float | None:
 
 def _role_swap_blocks(results: dict) -> list[tuple]:
     """Per-role lines: each trained team against the same weights with their seats' roles swapped."""
-    lines = [(arm, results["arms"][arm]) for arm in _arms(results)] + (
+    lines = [(arm, results["arms"][arm]) for arm in arm_names(results)] + (
         [(results["variant"]["name"], results["variant"])] if "variant" in results else [])
     lines = [(name, entry) for name, entry in lines if "role_swap" in entry]
     if not lines:
@@ -447,105 +447,3 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
         write_text(path, text)
         written.append(path)
     return written
-
-
-# ------------------------------------------------------------------------------------------ terminal summary
-
-def _t3(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [line(headers), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
-
-
-def terminal_summary(results: dict) -> str:
-    """Plain-text summary for the end of the recipe: accuracy per evaluation and arm with 95% intervals, send and
-    use, cross-play, each comparison and the verdict, and any failed check. ASCII only; `-` marks an undefined
-    figure."""
-    evals, run = results["evals"], results["run"]
-    rows = []
-    for name in _eval_order(results):
-        ev = evals[name]
-        rows.append([name, _t3(ev["accuracy"]), f"[{_t3(ev['lo'])}, {_t3(ev['hi'])}]",
-                     _t3(ev["talk"].get("send")), _t3(ev["talk"].get("use"))])
-    for arm in _arms(results):
-        a = results["arms"].get(arm)
-        if a is not None:
-            rows.append([f"{arm} (all seeds)", _t3(a["accuracy"]), f"[{_t3(a['lo'])}, {_t3(a['hi'])}]", "", ""])
-    seats = _seat_names(results)
-    lines = [f"talktosolve: preset {results['preset']}, model {run['model']}, seats {', '.join(seats)} (turns "
-             f"{','.join(run['protocol']['order'])}), seeds {', '.join(_seeds(results))}; {run['steps']} steps", ""]
-    lines += _table(["evaluation", "accuracy", "95% interval", "send", "use"], rows)
-
-    cross = []
-    for arm in _arms(results):
-        for name in run_names(results, arm):
-            team, cr = find_eval(results, arm, "team", name), find_eval(results, arm, "cross", name)
-            others = find_eval(results, arm, "cross_others", name)
-            if team is not None and cr is not None:
-                cross.append([name, _t3(team[1]["accuracy"]), _t3(cr[1]["accuracy"]),
-                              _t3(others[1]["accuracy"]) if others else "-",
-                              f"{cr[1]['accuracy'] - team[1]['accuracy']:+.3f}"])
-    if cross:
-        lines += ["", *_table(["trained model", "team", f"cross-play ({seats[0]})", "other side", "cross - team"],
-                              cross)]
-
-    lines.append("")
-    for key, comp in results["comparisons"].items():
-        if comp is None:
-            lines.append(f"delta {key}: - (an arm was not run)")
-            continue
-        lines.append(f"delta {comp['a']} - {comp['b']}: {comp['delta']:+.3f} [{comp['lo']:+.3f}, {comp['hi']:+.3f}] "
-                     f"(95% interval, {comp['n_problems']} problems, {comp['method']})")
-        if comp.get("warning"):
-            lines.append(f"warning: {comp['warning']}")
-    lines.append("verdict: " + verdict(results).replace("−", "-"))
-    for line, m in results.get("cross_seed", {}).items():
-        d = m["self_minus_cross"]
-        lines.append(f"self - cross-seed {line}: {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] "
-                     f"(diagonal minus off-diagonal mean)")
-    if "variant" in results:
-        v = results["variant"]
-        for side, d in v["against_arm"].items():
-            lines.append(f"{v['name']} - {v['arm']}, {SIDE_TEXT[side].replace('−', '-')}: {d['delta']:+.3f} "
-                         f"[{d['lo']:+.3f}, {d['hi']:+.3f}]")
-    swapped = [(arm, results["arms"][arm]) for arm in _arms(results)] + (
-        [(results["variant"]["name"], results["variant"])] if "variant" in results else [])
-    for name, entry in swapped:
-        if "role_swap" in entry:
-            d = entry["role_swap"]
-            lines.append(f"{name}: team - role swap: {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] "
-                         f"(per-role weights played in each other's seats)")
-    if results.get("influence"):
-        rows = [[arm, f"turn {t['turn']} {t['writer']}->{t['listener']}", f"{b['drop']['mean']:+.3f}",
-                 f"{t['drop']['mean']:+.3f} [{t['drop']['lo']:+.3f}, {t['drop']['hi']:+.3f}]",
-                 f"{d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"]
-                for arm in results["influence"]["arms"] for b, t, d in _influence_rows(results, arm, ("remove",))]
-        lines += ["", "influence: the listener's accuracy drop when a message is removed (before = base team, "
-                      "after = trained, all seeds)",
-                  *_table(["arm", "message", "before", "after", "after - before"], rows)]
-
-    failed, total = [], 0
-    for key, value in results["checks"].items():
-        items = value.items() if isinstance(value, dict) else [(None, value)]
-        for sub, v in items:
-            if v is None:
-                continue
-            total += 1
-            if not v:
-                # A per-seed check is decided on an interval; show it, since the bare accuracies above may differ.
-                d = check_interval(results, key, sub) if sub is not None else None
-                why = "" if d is None else f" ({d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}])"
-                failed.append((key if sub is None else f"{key}[{sub}]") + why)
-    lines.append(f"checks: {total - len(failed)}/{total} passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
-    # A run on a CPU has no GPU time: saying "GPU - s" would suggest a figure that is missing.
-    gpu = "" if run["gpu_seconds"] is None else f", GPU {_t3(run['gpu_seconds'])} s"
-    lines.append(f"time of all stages: {_t3(run['wall_seconds'])} s{gpu}")
-    return "\n".join(lines) + "\n"
