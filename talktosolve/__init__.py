@@ -31,7 +31,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
     play:      experiment.evaluate experiment.frozen experiment.replay
     learning:  learning.grpo experiment.pool experiment.step experiment.train
     recipe:    experiment.recipe experiment.assemble experiment.report experiment.summary experiment.plots
-    entry:     cli __main__
+    entry:     cli inputs __main__
 
 `rules` are pure records and functions (no torch); `worlds` the problems a config names; `kernels` the
 attention, sampling and packing math the sampler and the learner share; `model` loading, fine-tuning and saving

@@ -16,10 +16,7 @@ torch and transformers are imported inside the commands that run a model, so `--
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -33,21 +30,25 @@ from talktosolve.folders import (
     check_output,
     check_player,
     check_source,
-    holds_roles,
+)
+from talktosolve.inputs import (
+    SEED,
+    UsageError,
+    check_seats,
+    checked,
+    checking,
+    pin,
+    preflight,
+    problems,
+    quiet_hub_bars,
+    seat_player,
+    seat_role,
+    whole,
 )
 from talktosolve.tracking import LOGGERS
 
 DEFAULT_PRESET = "micro"
 """The preset of `train`, `eval` and `recipe` when none is given: the micro world, on a CPU, nothing downloaded."""
-
-HUB_TIMEOUT = 10
-"""Seconds to wait for the Hub's answer about a model before saying it cannot be reached."""
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
-
-
-class UsageError(Exception):
-    """A command line that cannot run as given; the message says what to change."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,52 +56,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message.rstrip('.')} (see `{self.prog} --help`)")
-
-
-def _seat_player(text: str) -> tuple[str, str]:
-    """`--seat SEAT=FOLDER` as (seat, folder), the folder checked as `--a` checks its own."""
-    seat, sep, path = text.partition("=")
-    if not sep or not seat or not path:
-        raise argparse.ArgumentTypeError(f"`{text}`: expected SEAT=FOLDER, e.g. --seat C=runs/micro-3/runs/chat-s0")
-    return seat, _checked(check_player)(path)
-
-
-def _seat_role(text: str) -> tuple[str, str]:
-    """`--role SEAT=ROLE` as (seat, the seat whose per-role weights play it)."""
-    seat, sep, role = text.partition("=")
-    if not sep or not seat or not role:
-        raise argparse.ArgumentTypeError(f"`{text}`: expected SEAT=ROLE, e.g. --role A=B --role B=A (a role swap)")
-    return seat, role
-
-
-def _checked(check, **kwargs):
-    """An argparse type: the path as given, once `check` (a `talktosolve.folders` check) accepts it."""
-    def parse(text: str) -> str:
-        try:
-            check(text, **kwargs)
-        except FolderError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        return text
-
-    return parse
-
-
-def _whole(low: int, high: int | None = None):
-    """An argparse type: a whole number in [low, high)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got `{text}`") from None
-        if value < low or (high is not None and value >= high):
-            raise argparse.ArgumentTypeError(f"{value} is out of range: give {low} or more"
-                                             + (f", below {high}" if high is not None else ""))
-        return value
-
-    return parse
-
-
-_SEED = _whole(0, 2**63)
 
 
 def command_config(args):
@@ -118,113 +73,8 @@ def command_config(args):
         from talktosolve.tracking import check_logger
 
         check_logger(args.log)
-    _pin(cfg)
+    pin(cfg)
     return cfg
-
-
-def _pin(cfg) -> None:
-    from talktosolve.cpu_pins import is_cpu_run, pin_cpu
-
-    if is_cpu_run(cfg.device):
-        pin_cpu()
-
-
-@contextlib.contextmanager
-def _checking(out: Path):
-    """The checks of a command that writes into `out`, from its data to its model: when one fails, the folder the
-    checks made on the way (the problems built from `--gsm8k`) is removed, so a failed command leaves none."""
-    made = Path(out)
-    if made.exists():
-        made = None
-    else:
-        while not made.parent.exists():
-            made = made.parent
-    try:
-        yield
-    except BaseException:
-        if made is not None and made.exists():
-            shutil.rmtree(made, ignore_errors=True)
-        raise
-
-
-def _problems(cfg, out: Path):
-    """(train, test, eligibility): read before any model is looked for, so a bad `--gsm8k` is named first."""
-    from talktosolve.task.tasks import load_problems
-
-    return load_problems(cfg, out / "data")
-
-
-def _preflight(cfg) -> None:
-    """Find the run's device and its model's tokenizer before anything is written: a mistyped model path or
-    device then leaves no half-made folder behind."""
-    from talktosolve.model.policy import load_tokenizer, resolve_device
-
-    _quiet_hub_bars()
-    resolve_device(cfg.device)
-    _reach_hub(cfg.model.name_or_path)
-    load_tokenizer(cfg.model)
-
-
-def _quiet_hub_bars() -> None:
-    # transformers draws a bar for every weight load and save; ours (per run and evaluation) say more.
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-
-def _reach_hub(name: str) -> None:
-    """Ask the Hub about a model named by its Hub id once, with a short timeout, before transformers asks for its
-    files: where the Hub cannot be reached, transformers retries each file for about 50 s, then fails in many
-    lines. A copy in the cache is then used offline; without one, a ModelError says what to do."""
-    import os
-
-    from talktosolve.model.policy import BUILTIN_MODELS, ModelError
-
-    if (Path(name).expanduser().exists() or name.endswith(".gguf") or not _HUB_ID.fullmatch(name)
-            or name in BUILTIN_MODELS):
-        return
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
-
-    if constants.HF_HUB_OFFLINE:  # the cache alone is read, at once
-        return
-    try:
-        HfApi().model_info(name, timeout=HUB_TIMEOUT)
-    except RepositoryNotFoundError:
-        raise ModelError(f"`{name}` is no local folder, and the Hub has no model by that name (or it is private: "
-                         "log in with `hf auth login`); give a Hub id or a folder with --set "
-                         "model.name_or_path=...") from None
-    except HfHubHTTPError:
-        return  # the Hub answered: loading says the rest
-    except Exception as e:  # no network, no name service, a timeout: all the same to the user
-        if isinstance(try_to_load_from_cache(name, "config.json"), str):
-            constants.HF_HUB_OFFLINE = True  # read at each call: the cached copy serves without the retries
-            os.environ["HF_HUB_OFFLINE"] = "1"  # and in the processes this one starts
-            print(f"note: the Hub cannot be reached ({type(e).__name__}); using the cached copy of {name}",
-                  file=sys.stderr)
-            return
-        raise ModelError(f"`{name}` is no local folder, and the Hub cannot be reached to fetch it "
-                         f"({type(e).__name__}: {e}) nor is a copy cached; connect and rerun, or give a local model "
-                         "folder with --set model.name_or_path=PATH (offline, set HF_HUB_OFFLINE=1).") from None
-
-
-def _check_seats(cfg, seats: dict[str, str | None], roles: dict[str, str]) -> None:
-    """Every seat named is the protocol's, and every role swapped is one the seat's player has weights for: a
-    run with one shared adapter (or the base) plays every seat alike, so a role given for it would be ignored."""
-    known = list(cfg.chat.seats)
-    unknown = sorted((set(seats) | set(roles) | set(roles.values())) - set(known))
-    if unknown:
-        raise UsageError(f"no seat {', '.join(unknown)} in this protocol; its seats are {', '.join(known)}.")
-    for seat, role in roles.items():
-        if role == seat:
-            continue
-        player = seats.get(seat)
-        if player is None:
-            raise UsageError(f"--role {seat}={role}: seat {seat} is played by the untrained base, which has no "
-                             f"roles to swap; seat a run trained with model.adapters=per_role (--a, --b, --seat).")
-        if not holds_roles(player):
-            raise UsageError(f"--role {seat}={role}: {player} trained one shared adapter for every seat, so it plays "
-                             "them all alike; a role swap needs a run trained with --set model.adapters=per_role.")
 
 
 def _common(p, *, log: bool = True):
@@ -233,7 +83,7 @@ def _common(p, *, log: bool = True):
                         f"{DEFAULT_PRESET}, the micro world on a CPU)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set train.lr=3e-4 (repeatable)")
-    p.add_argument("--gsm8k", type=_checked(check_source, built=True),
+    p.add_argument("--gsm8k", type=checked(check_source, built=True),
                    help="GSM8K folder, or one written by `talktosolve data`, for a preset whose data.task is gsm8k "
                         "(paper; default: the Hub, when online)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -257,9 +107,9 @@ def cmd_train(args) -> int:
         raise ConfigError("train.runs_per_process groups the recipe's runs (`talktosolve recipe`); `talktosolve "
                           "train` trains one run: leave it at 1 here.")
     out = Path(args.out)
-    with _checking(out):
-        train_set, _, _ = _problems(cfg, out)
-        _preflight(cfg)
+    with checking(out):
+        train_set, _, _ = problems(cfg, out)
+        preflight(cfg)
         loggers = _loggers(args, out)
     from talktosolve.experiment.train import train
 
@@ -276,11 +126,11 @@ def cmd_eval(args) -> int:
     seats = {"A": args.a, "B": args.b, **dict(args.seat or [])}
     seats = {seat: path for seat, path in seats.items() if path is not None}
     roles = dict(args.role or [])
-    _check_seats(cfg, seats, roles)
+    check_seats(cfg, seats, roles)
     out = Path(args.out)
-    with _checking(out):
-        _, test_set, _ = _problems(cfg, out)
-        _preflight(cfg)
+    with checking(out):
+        _, test_set, _ = problems(cfg, out)
+        preflight(cfg)
     from talktosolve.experiment.evaluate import evaluate
 
     summary = evaluate(cfg, test_set, out, arm=args.arm, seats=seats, roles=roles or None, progress=not args.quiet)
@@ -340,8 +190,8 @@ def cmd_influence(args) -> int:
                              "config); give the --preset and --set values it was evaluated with.")
         preset = str(folder / "config.json")
     cfg = make_config(preset, parse_overrides(args.set or []))
-    _pin(cfg)
-    _quiet_hub_bars()
+    pin(cfg)
+    quiet_hub_bars()
     from talktosolve.experiment.replay import replay_influence  # torch loads here, after the pins
 
     def announce(messages: int, seconds: float) -> None:
@@ -372,9 +222,9 @@ def _turns(text: str) -> list[int]:
 def cmd_recipe(args) -> int:
     cfg = command_config(args)
     out = check_output(args.out or f"runs/{Path(args.preset).stem}", "recipe")
-    with _checking(out):
-        _problems(cfg, out)  # built into out/data once; the recipe reads them there
-        _preflight(cfg)
+    with checking(out):
+        problems(cfg, out)  # built into out/data once; the recipe reads them there
+        preflight(cfg)
     from talktosolve.experiment.recipe import run_recipe
     from talktosolve.experiment.summary import terminal_summary
 
@@ -400,7 +250,7 @@ def cmd_diagnose(args) -> int:
 def cmd_micro_base(args) -> int:
     from talktosolve.micro.base import micro_base_path, pretrain
 
-    _quiet_hub_bars()
+    quiet_hub_bars()
     if args.out:
         path = pretrain(Path(args.out), seed=args.seed)
     else:
@@ -428,14 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("data", help="build split-fact GSM8K problems (train.jsonl, test.jsonl, eligibility)")
-    p.add_argument("--gsm8k", type=_checked(check_source, built=False),
+    p.add_argument("--gsm8k", type=checked(check_source, built=False),
                    help="GSM8K folder holding train/test .jsonl or .parquet (default: the Hub)")
-    p.add_argument("--out", required=True, type=_checked(check_output, kind="data"), help="output folder")
-    p.add_argument("--n-train", type=_whole(0), default=1024,
+    p.add_argument("--out", required=True, type=checked(check_output, kind="data"), help="output folder")
+    p.add_argument("--n-train", type=whole(0), default=1024,
                    help="training problems to draw from the train split (default: %(default)s)")
-    p.add_argument("--n-test", type=_whole(0), default=300,
+    p.add_argument("--n-test", type=whole(0), default=300,
                    help="held-out problems to draw from the test split (default: %(default)s)")
-    p.add_argument("--seed", type=_SEED, default=0, help="seed that chooses the problems (default: %(default)s)")
+    p.add_argument("--seed", type=SEED, default=0, help="seed that chooses the problems (default: %(default)s)")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row instead of skipping it")
     p.set_defaults(fn=cmd_data)
 
@@ -444,39 +294,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arm", choices=list(ARMS), required=True,
                    help="what each seat is dealt and shown: chat (messages delivered), cut (each message replaced "
                         "by `(no message)`), full (every seat holds every fact)")
-    p.add_argument("--seed", type=_SEED, default=0,
+    p.add_argument("--seed", type=SEED, default=0,
                    help="training seed: which problems each step plays and the sampler's random numbers "
                         "(default: %(default)s)")
-    p.add_argument("--out", required=True, type=_checked(check_output, kind="run"), help="run folder")
+    p.add_argument("--out", required=True, type=checked(check_output, kind="run"), help="run folder")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a team (who plays each seat) on held-out problems")
     _common(p, log=False)  # an evaluation writes a summary, not metrics over steps
-    p.add_argument("--a", type=_checked(check_player),
+    p.add_argument("--a", type=checked(check_player),
                    help="seat A: a run folder or adapter folder (default: the untrained base)")
-    p.add_argument("--b", type=_checked(check_player),
+    p.add_argument("--b", type=checked(check_player),
                    help="seat B: a run folder or adapter folder (default: the untrained base)")
-    p.add_argument("--seat", action="append", metavar="SEAT=FOLDER", type=_seat_player,
+    p.add_argument("--seat", action="append", metavar="SEAT=FOLDER", type=seat_player,
                    help="any seat of the protocol played by a run or adapter folder, e.g. --seat C=runs/x "
                         "(repeatable; seats not given are the untrained base)")
-    p.add_argument("--role", action="append", metavar="SEAT=ROLE", type=_seat_role,
+    p.add_argument("--role", action="append", metavar="SEAT=ROLE", type=seat_role,
                    help="for a run with per-role weights (model.adapters=per_role): the seat whose weights play "
                         "SEAT, e.g. --role A=B --role B=A (a role swap; repeatable; default: each seat its own)")
     p.add_argument("--arm", choices=list(ARMS), default="chat",
                    help="the arm the team plays in: chat, cut or full (default: %(default)s)")
-    p.add_argument("--out", required=True, type=_checked(check_output, kind="eval"), help="output folder")
+    p.add_argument("--out", required=True, type=checked(check_output, kind="eval"), help="output folder")
     p.set_defaults(fn=cmd_eval)
 
     p = sub.add_parser("compare", help="paired chat-vs-cut delta over evaluation folders")
-    p.add_argument("--chat", nargs="+", required=True, type=_checked(check_evaluation),
+    p.add_argument("--chat", nargs="+", required=True, type=checked(check_evaluation),
                    help="eval folders of the chat arm, one per seed")
-    p.add_argument("--cut", nargs="+", required=True, type=_checked(check_evaluation),
+    p.add_argument("--cut", nargs="+", required=True, type=checked(check_evaluation),
                    help="eval folders of the cut arm, one per seed")
     p.add_argument("--json", action="store_true", help="also print the full report as JSON")
     p.set_defaults(fn=cmd_compare)
 
     p = sub.add_parser("influence", help="replay an evaluation with each message ablated: each message's influence")
-    p.add_argument("--eval", required=True, type=_checked(check_evaluation), help="a finished evaluation folder")
+    p.add_argument("--eval", required=True, type=checked(check_evaluation), help="a finished evaluation folder")
     p.add_argument("--preset", help="the config it was evaluated with (default: the folder's config.json)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set eval.influence_problems=50 (repeatable)")
@@ -486,19 +336,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recipe", help="the whole recipe: arms x seeds, evals, cross-play, comparisons, report")
     _common(p)
-    p.add_argument("--out", type=_checked(check_output, kind="recipe"), help="output folder (default: runs/PRESET)")
+    p.add_argument("--out", type=checked(check_output, kind="recipe"), help="output folder (default: runs/PRESET)")
     p.set_defaults(fn=cmd_recipe)
 
     p = sub.add_parser("diagnose", help="why a run is or is not learning: boxed answers, groups with a signal, "
                                         "message lengths, over training steps and per evaluation")
-    p.add_argument("folder", type=_checked(check_diagnosable), help="a run, evaluation or recipe folder")
-    p.add_argument("--bins", type=_whole(1), default=4, help="spans of training steps to report (default 4)")
+    p.add_argument("folder", type=checked(check_diagnosable), help="a run, evaluation or recipe folder")
+    p.add_argument("--bins", type=whole(1), default=4, help="spans of training steps to report (default 4)")
     p.set_defaults(fn=cmd_diagnose)
 
     p = sub.add_parser("micro-base", help="pretrain (or locate) the micro world's base model")
-    p.add_argument("--out", type=_checked(check_output, kind="model"),
+    p.add_argument("--out", type=checked(check_output, kind="model"),
                    help="pretrain into this folder instead of the user cache")
-    p.add_argument("--seed", type=_SEED, default=0, help="seed of the pretraining (default: %(default)s)")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the pretraining (default: %(default)s)")
     p.add_argument("--rebuild", action="store_true", help="pretrain again even if a cached or shipped one exists")
     p.set_defaults(fn=cmd_micro_base)
     return parser

@@ -149,9 +149,9 @@ def test_every_import_points_to_its_own_floor_or_a_lower_one():
 
 FOLDERS = ("", "task", "team", "model", "sampling", "learning", "experiment")
 """The folders, low to high ("": the package's own modules: config, arms, protocol, store, stats, cpu_pins); the
-command line (`cli`, `__main__`, `folders`, `tracking`) stands above them all. `micro/` is a task and the models
-built for it: its task modules stand with `task/`, its bases with `model/`."""
-ENTRY = {"cli", "__main__", "folders", "tracking"}
+command line (`cli`, `inputs`, `__main__`, `folders`, `tracking`) stands above them all. `micro/` is a task and
+the models built for it: its task modules stand with `task/`, its bases with `model/`."""
+ENTRY = {"cli", "inputs", "__main__", "folders", "tracking"}
 MICRO_TASK = {"micro.task", "micro.prompts", "micro.script", "micro.tokenizer"}
 
 
