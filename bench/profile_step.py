@@ -69,12 +69,12 @@ def main():
     ap.add_argument("--variants", default="c2,c4,t16384,t24576,t32768",
                     help="learner settings timed on the last step's samples: cN (N chats per micro-batch) or "
                          "tN (N tokens per micro-batch); a `k` suffix adds gradient checkpointing, an `x` "
-                         "suffix runs the output layer as checkpointed chunks (the form before grpo.ChosenLogprobs), "
+                         "suffix runs the output layer as checkpointed chunks (the form before logprobs.ChosenLogprobs), "
                          "a `p` suffix reads right-padded rows (the form before learn_packing), an `s` suffix copies "
                          "micro-batches from pageable memory (a stream sync each, the form before learn_packing.upload), an `r` "
                          "suffix plans packed micro-batches by planning the growing batch anew for each row (the "
                          "form before prefixes.Stretches), an `e` suffix runs the output layer's softmax in eager passes (the form "
-                         "before grpo.FUSED_HEAD)")
+                         "before logprobs.FUSED_HEAD)")
     ap.add_argument("--runs", type=int, default=1,
                     help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
                          "summed over its runs; no learner settings are timed")
@@ -86,6 +86,7 @@ def main():
 
     import talktosolve.experiment.train as tr
     import talktosolve.learning.grpo as grpo
+    import talktosolve.learning.logprobs as logprobs
     import talktosolve.learning.learn_packing as learn_packing
     import talktosolve.sampling.fast_engine as fe
     import talktosolve.sampling.fast_layers as fl
@@ -135,11 +136,11 @@ def main():
             if ckpt:
                 from talktosolve.model.policy import enable_gradient_checkpointing
                 enable_gradient_checkpointing(hf)
-            frozen_linear = grpo._frozen_linear
-            if old_head:  # the output layer as checkpointed chunks, the form `grpo.ChosenLogprobs` replaced
-                grpo._frozen_linear = lambda head: False
+            frozen_linear = logprobs._frozen_linear
+            if old_head:  # the output layer as checkpointed chunks, the form `logprobs.ChosenLogprobs` replaced
+                logprobs._frozen_linear = lambda head: False
             grpo.PACKED_ROWS = not padded
-            grpo.FUSED_HEAD = not eager_head
+            logprobs.FUSED_HEAD = not eager_head
             upload = learn_packing.upload
             if pageable:  # the copy before pinned memory: from pageable memory, which synchronises the stream
                 learn_packing.upload = lambda t, device: t.to(device)
@@ -170,9 +171,9 @@ def main():
                    "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0}
             if ckpt:
                 hf.gradient_checkpointing_disable()
-            grpo._frozen_linear = frozen_linear
+            logprobs._frozen_linear = frozen_linear
             grpo.PACKED_ROWS = True
-            grpo.FUSED_HEAD = True
+            logprobs.FUSED_HEAD = True
             learn_packing.upload = upload
             learn_packing.microbatches = microbatches
             res["variants"].append(row)

@@ -29,7 +29,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
     bases:     micro micro.base micro.teams model.smollm2 talktosolve
     sampling:  sampling.engine sampling.fast_engine sampling.rollout
     play:      experiment.evaluate experiment.frozen experiment.replay
-    learning:  learning.grpo experiment.pool experiment.step experiment.train
+    learning:  learning.logprobs learning.grpo experiment.pool experiment.step experiment.train
     recipe:    experiment.recipe experiment.assemble experiment.report experiment.summary experiment.plots
     entry:     cli inputs __main__
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
-from talktosolve.learning.grpo import Sample, pad_right, token_logprobs
+from talktosolve.learning.grpo import Sample, pad_right
+from talktosolve.learning.logprobs import token_logprobs
 from talktosolve.sampling.fast_engine import StaticEngine
 
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from talktosolve.learning.grpo import Sample, group_advantages, grpo_update, microbatches, to_sequences, token_logprobs
+from talktosolve.learning.grpo import Sample, group_advantages, grpo_update, microbatches, to_sequences
+from talktosolve.learning.logprobs import token_logprobs
 
 
 def test_advantage_is_group_centred_without_std_scaling():
@@ -113,7 +114,7 @@ def check_chosen_logprobs(device, dtype, atol):
     the same log-probs and the same gradient with respect to the hidden states, over chunks of uneven length."""
     from torch.utils.checkpoint import checkpoint
 
-    from talktosolve.learning.grpo import ChosenLogprobs, chunk_logprobs
+    from talktosolve.learning.logprobs import ChosenLogprobs, chunk_logprobs
 
     g = torch.Generator().manual_seed(0)
     n, H, V, chunk = 300, 64, 1000, 128
@@ -148,7 +149,7 @@ def test_logprobs_with_the_gradient_taken_forward_equal_checkpointed_chunks_on_g
 def test_the_compiled_head_softmax_gives_the_eager_passes_log_probs_and_softmax_minus_onehot_on_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    from talktosolve.learning.grpo import compiled_softmax, softmax_minus_onehot
+    from talktosolve.learning.logprobs import compiled_softmax, softmax_minus_onehot
 
     g = torch.Generator().manual_seed(0)
     for n in (1024, 300):  # a whole chunk, then a shorter last one (one dynamic-shape compilation serves both)

@@ -9,7 +9,8 @@ import torch
 from helpers import lora_model, set_adapter_weights
 
 from talktosolve.learning import grpo, learn_packing
-from talktosolve.learning.grpo import Sequence, packed_token_logprobs, token_logprobs
+from talktosolve.learning.grpo import Sequence
+from talktosolve.learning.logprobs import packed_token_logprobs, token_logprobs
 from talktosolve.sampling import prefill_attention as pa
 
 

@@ -13,7 +13,8 @@ from helpers import hf_greedy
 
 from talktosolve.arms import ARMS, NO_MESSAGE
 from talktosolve.config import make_config
-from talktosolve.learning.grpo import Sample, pad_right, token_logprobs
+from talktosolve.learning.grpo import Sample, pad_right
+from talktosolve.learning.logprobs import token_logprobs
 from talktosolve.micro.task import make_problems
 from talktosolve.model.policy import stop_ids
 from talktosolve.protocol import protocol_of
