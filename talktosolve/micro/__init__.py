@@ -10,7 +10,8 @@ pretrains itself, so the whole recipe runs on a CPU in minutes with nothing down
   (`micro_base_path`).
 * `teams`: the `micro-teams` base, pretrained on chats of 2, 3 and 4 seats.
 
-This file plugs the two bases into model loading: importing it registers `BASES` with `policy.register_builtin`,
+This file plugs the two bases into model loading and the task into the problems: importing it registers `BASES`
+with `policy.register_builtin` and the `micro` task with `tasks.register_task`,
 so `model.name_or_path=micro` loads the cached base like any model folder (`talktosolve/__init__.py` imports
 this package, so the names are known wherever talktosolve is). Only `base_folder` loads the bases' modules.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from talktosolve.model.policy import register_builtin
+from talktosolve.task.tasks import register_task
 
 BASES = ("micro", "micro-teams")
 """The micro bases, by the model name a config gives (`model.name_or_path`)."""
@@ -44,5 +46,13 @@ def base_folder(name: str) -> Path:
     return micro_base_path(base_recipe(name))
 
 
+def make_problems(split: str, n: int, seed: int, seats: tuple[str, ...]) -> list:
+    """The micro task's problems for a team of `seats` (`task.make_problems`; two seats: the original stream)."""
+    from talktosolve.micro.task import make_problems as make
+
+    return make(split, n, seed, **({} if len(seats) == 2 else {"seats": len(seats)}))
+
+
 for _name in BASES:
     register_builtin(_name, base_folder)
+register_task("micro", make_problems)

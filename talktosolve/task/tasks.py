@@ -1,4 +1,5 @@
-"""Where a run's problems come from: GSM8K (built into split-fact problems) or the generated micro task.
+"""Where a run's problems come from: GSM8K (built into split-fact problems) or a generated task (the micro world's,
+registered here by `talktosolve.micro` through `register_task`, so this module imports no world of its own).
 
 Both give the same `Problem` records (id, question, facts, gold) and pass the same checks, so every later stage
 is task-agnostic; an arm deals the facts to the protocol's seats. Eligibility depends on the number of seats
@@ -16,6 +17,14 @@ from talktosolve.config import Config, config_key
 from talktosolve.store import read_json, write_json
 from talktosolve.task.data import Problem, build_datasets, read_problems
 from talktosolve.task.split import split_problem
+
+GENERATED: dict = {}
+"""`{data.task: make(split, n, seed, seats) -> [Problem]}`: the tasks whose problems are made, not read."""
+
+
+def register_task(name: str, make) -> None:
+    """Make `name` a `data.task` whose problems `make(split, n, seed, seats)` generates (split: train or test)."""
+    GENERATED[name] = make
 
 
 def _is_built(folder: Path) -> bool:
@@ -36,12 +45,9 @@ def load_problems(cfg: Config, data_dir: Path | None = None) -> tuple[list[Probl
     """(train, test, eligibility summary or None) for this config."""
     d = cfg.data
     seats = tuple(cfg.chat.seats)
-    if d.task == "micro":
-        from talktosolve.micro.task import make_problems
-
-        family = {} if len(seats) == 2 else {"seats": len(seats)}  # the two-seat family is the original stream
-        return (make_problems("train", d.n_train, d.data_seed, **family),
-                make_problems("test", d.n_test, d.data_seed, **family), None)
+    if d.task in GENERATED:
+        make = GENERATED[d.task]
+        return make("train", d.n_train, d.data_seed, seats), make("test", d.n_test, d.data_seed, seats), None
     if d.gsm8k and Path(d.gsm8k).is_dir() and _is_built(Path(d.gsm8k)):
         folder = Path(d.gsm8k)
         train, test = read_problems(folder / "train.jsonl"), read_problems(folder / "test.jsonl")
