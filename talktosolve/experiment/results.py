@@ -157,7 +157,6 @@ def _check_consistency(r: dict) -> None:
     want = {(spec.arm, tuple(run or "base" for run in spec.seats), spec.roles) for spec in planned_evals(
         arms, [(line, a, line_adapters(r, line) == "per_role") for line, a in lines.items()], r["run"]["seeds"],
         seats, cross_seed is not None)}
-    n = len(seats)
     if cross_seed is not None:
         _check_keys(cross_seed, set(lines), ("cross_seed",), "line of runs")
         for line, a in lines.items():

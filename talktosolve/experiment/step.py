@@ -195,10 +195,11 @@ class Loop:
                 if isinstance(engine, StaticEngine):
                     engine.release(weights=True)
 
-    def learn(self, step: int, run: Run, groups: list[_Group], wanted: int, sample_seconds: float,
+    def learn(self, step: int, run: Run, groups: list[_Group], wanted: int, shares: int, sample_seconds: float,
               peak_sample: float | None) -> dict:
         """One run's update from its groups (the informative ones, with that option), then its metrics row and
-        transcripts written (rank 0) and its checkpoint when one is due. -> the row."""
+        transcripts written (rank 0) and its checkpoint when one is due; `shares`: the runs this step's sampling
+        served. -> the row."""
         t, protocol, G = self.cfg.train, self.protocol, self.cfg.train.chats_per_problem
         learn_began = time.perf_counter()
         if self.gpu:  # the two phases' peaks apart: they call for different remedies
@@ -228,7 +229,7 @@ class Loop:
         if t.dynamic_sampling:
             row.update(draw_metrics(groups, kept))
         if self.shared:
-            row["perf/shared_runs"] = len([r for r in self.pending if r.start <= step])
+            row["perf/shared_runs"] = shares
         if self.gpu:
             peak_learn = torch.cuda.max_memory_allocated(self.device) / 2**30
             row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,

@@ -237,7 +237,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if loop.gpu else None
             rows = []
             for run, mine, n in zip(active, groups, wanted):
-                rows.append(loop.learn(step, run, mine, n, sample_seconds, peak_sample))
+                rows.append(loop.learn(step, run, mine, n, len(active), sample_seconds, peak_sample))
         except NonFiniteLoss as e:
             bar.close()
             kept = checkpoint.latest(run.dir)
