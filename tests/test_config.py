@@ -1,7 +1,10 @@
 """The config's keys by declaration (every field says which keys it is part of, and the keys of finished runs and
-evaluations do not move) and comparisons as records."""
+evaluations do not move), comparisons as records, and the presets the committed real-weights runs were made with."""
 
 import dataclasses
+import json
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +98,21 @@ def test_comparisons_are_pairs_named_x_y_in_presets_set_and_results():
     assert make_config(None, make_config("micro-3").to_dict()).comparisons == cfg.comparisons  # read back
     with pytest.raises(ConfigError, match="must be a comparison such as chat-cut, got 3"):
         make_config("micro", {"comparisons": [3]})
+
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "experiments"
+
+
+@pytest.mark.parametrize("folder", ["paper-steady-qwen2.5-coder-1.5b/seeds-0-2",
+                                    "paper-informative-qwen2.5-coder-1.5b/chat-seeds-0-5"])
+def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records(folder):
+    """The run's config.json is what its provenance's command makes of the preset as committed: a preset edited
+    after the run would describe a run that was never made."""
+    run = json.loads((EXPERIMENTS / folder / "config.json").read_text())
+    command = shlex.split(json.loads((EXPERIMENTS / folder.split("/")[0] / "provenance.json").read_text())
+                          ["commands"]["runs"])
+    flags = [(a, b) for a, b in zip(command, command[1:]) if a.startswith("--")]
+    overrides = parse_overrides([value for flag, value in flags if flag == "--set"])
+    overrides.setdefault("data", {})["gsm8k"] = dict(flags)["--gsm8k"]
+    assert dict(flags)["--preset"] == run.pop("preset")
+    assert json.loads(json.dumps(make_config(dict(flags)["--preset"], overrides).to_dict())) == run
