@@ -86,8 +86,8 @@ def main():
 
     import talktosolve.experiment.train as tr
     import talktosolve.learning.grpo as grpo
-    import talktosolve.learning.logprobs as logprobs
     import talktosolve.learning.learn_packing as learn_packing
+    import talktosolve.learning.logprobs as logprobs
     import talktosolve.sampling.fast_engine as fe
     import talktosolve.sampling.fast_layers as fl
     import talktosolve.sampling.rollout as ro

@@ -18,7 +18,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
 `__init__.py` (`task`, `team`, ...) only names its concern, so it stands on the lowest floor.
 
     rules:     arms protocol config_checks task.numbers task.magnitude task.grading task.split team.talk team.reward
-               stats config team.chat task.data team.influence experiment.diagnose experiment.crossplay
+               stats config_values config team.chat task.data team.influence experiment.diagnose experiment.crossplay
                experiment.results experiment.plan experiment.partners learning.informative sampling.prefixes store folders
                experiment.pages tracking learning.distributed cpu_pins task team model sampling learning
                experiment
@@ -30,7 +30,8 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
     sampling:  sampling.engine sampling.fast_engine sampling.rollout
     play:      experiment.evaluate experiment.frozen experiment.replay
     learning:  learning.logprobs learning.grpo experiment.pool experiment.step experiment.train
-    recipe:    experiment.recipe experiment.assemble experiment.report experiment.summary experiment.plots
+    recipe:    experiment.recipe experiment.assemble experiment.report_options experiment.report experiment.summary
+               experiment.plots
     entry:     cli inputs __main__
 
 `rules` are pure records and functions (no torch); `worlds` the problems a config names; `kernels` the

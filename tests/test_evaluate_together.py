@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from talktosolve.config import make_config
-from talktosolve.experiment.evaluate import Team, seat_team, evaluate_teams, slot_lineups
+from talktosolve.experiment.evaluate import Team, evaluate_teams, seat_team, slot_lineups
 from talktosolve.experiment.train import train_runs
 from talktosolve.protocol import protocol_of
 from talktosolve.store import read_json, read_jsonl

@@ -10,8 +10,8 @@ import pytest
 
 from talktosolve.experiment.plan import eval_kind
 from talktosolve.experiment.report import PLOTS, render_markdown, write_report
-from talktosolve.experiment.summary import terminal_summary
 from talktosolve.experiment.results import SCHEMA_PATH, ResultsError, find_eval, validate_results
+from talktosolve.experiment.summary import terminal_summary
 from talktosolve.stats import mean_ci_report, paired_delta_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,6 @@ import pytest
 from test_report import SEEDS, make_results
 
 from talktosolve.experiment.report import render_markdown
-from talktosolve.experiment.summary import terminal_summary
 from talktosolve.experiment.results import (
     CUT_MARGIN,
     SEED_CHECKS,
@@ -21,6 +20,7 @@ from talktosolve.experiment.results import (
     seed_checks,
     validate_results,
 )
+from talktosolve.experiment.summary import terminal_summary
 from talktosolve.stats import run_delta_report
 
 

@@ -1,13 +1,35 @@
 """A report's blocks as pages: Markdown, and one self-contained HTML page (inline CSS).
 
 A block is a tuple: `("h1" | "h2" | "headline" | "p" | "note", text)`, `("table", headers, rows)` or
-`("img", file, alt)`; `report._sections` says what a report's blocks are, this module only how they look.
-Standard library only.
+`("img", file, alt)`; `report._sections` says what a report's blocks are, this module only how they look, figures included (`f3`,
+`s3`, `interval`, `mark`: 3 decimals, None as `–`). Standard library only.
 """
 
 from __future__ import annotations
 
 import html
+
+NONE = "–"
+"""How an undefined figure (None) is printed."""
+
+
+def f3(x: float | None) -> str:
+    return NONE if x is None else f"{x:.3f}"
+
+
+def s3(x: float | None) -> str:
+    return NONE if x is None else f"{x:+.3f}"
+
+
+def interval(lo: float | None, hi: float | None, signed: bool = False) -> str:
+    if lo is None or hi is None:
+        return NONE
+    fmt = s3 if signed else f3
+    return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def mark(value: bool | None) -> str:
+    return NONE if value is None else ("✓" if value else "✗")
 
 
 def _md_cell(text: str) -> str:

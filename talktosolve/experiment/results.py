@@ -327,3 +327,18 @@ def find_evals(results: dict, arm: str, kind: str, run: str | None = None) -> li
 def run_names(results: dict, arm: str) -> list[str]:
     """The arm's training runs (the variant's too, when it plays in this arm), in seed order."""
     return [name for name, r in results["runs"].items() if r["arm"] == arm]
+
+
+def seed_names(results: dict) -> list[str]:
+    """The recipe's training seeds, as results.json's per-seed maps key them."""
+    return [str(s) for s in results["run"]["seeds"]]
+
+
+def arm_names(results: dict) -> list[str]:
+    """The recipe's arms, in config order."""
+    return list(results["run"]["arms"])
+
+
+def seat_names(results: dict) -> list[str]:
+    """The team's seats, in dealing order."""
+    return list(results["run"]["protocol"]["seats"])

@@ -5,16 +5,9 @@ results.json alone, as the report (`report.py`) is.
 
 from __future__ import annotations
 
-from talktosolve.experiment.report import (
-    SIDE_TEXT,
-    arm_names,
-    eval_order,
-    influence_rows,
-    seat_names,
-    seed_names,
-    verdict,
-)
-from talktosolve.experiment.results import check_interval, find_eval, run_names
+from talktosolve.experiment.report import eval_order, verdict
+from talktosolve.experiment.report_options import SIDE_TEXT, influence_rows
+from talktosolve.experiment.results import arm_names, check_interval, find_eval, run_names, seat_names, seed_names
 
 
 def _t3(x: float | None) -> str:
