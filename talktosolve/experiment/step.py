@@ -1,5 +1,5 @@
-"""One training step of the runs a process trains, in named phases (`Loop`): `seat` (who plays each seat: each
-run's weights in its slot), `draw` (the step's problems, played and scored, and drawn again for informative
+"""One training step of the runs a process trains, in named phases (`Loop`): `seat` (the players brought to the
+step: `seating.py` says who plays each seat, for one run or for runs sharing the process), `draw` (the step's problems, played and scored, and drawn again for informative
 groups), `release` (the sampler's memory, for learning), `learn` (each run's update, its metrics, its logs and
 its checkpoint). `train.train_runs` sets the loop up and runs it step by step; the records of a run in this
 process (`Run`, `Role`) and what a step writes (`step_metrics`, `_record`) live here with it.
@@ -17,14 +17,13 @@ import torch
 from talktosolve.arms import ARMS
 from talktosolve.config import Config
 from talktosolve.experiment.frozen import FrozenPartner
-from talktosolve.experiment.partners import lineups, partner_seats
+from talktosolve.experiment.seating import Shared, Solo, swap_in, swap_out
 from talktosolve.learning import distributed
 from talktosolve.learning.grpo import Sample, StepStats, group_advantages, grpo_update
 from talktosolve.learning.informative import chosen, enough, informative, more_problems
 from talktosolve.model import checkpoint
 from talktosolve.protocol import Protocol
-from talktosolve.sampling.fast_engine import StaticEngine
-from talktosolve.sampling.rollout import Player, play_chats
+from talktosolve.sampling.rollout import play_chats
 from talktosolve.store import append_jsonl
 from talktosolve.team import reward
 from talktosolve.team.talk import aggregate_talk, chat_talk
@@ -87,10 +86,11 @@ class Run:
 
 @dataclass
 class Loop:
-    """What every training step reads, set up once by `train_runs`: the runs, the trainable tensors and the
-    engines, each seat's learner, the frozen partner. Its methods are the step's phases, in order: `seat` (who
-    plays: each run's weights in its slot), `draw` (the problems, played and scored, drawn again for informative
-    groups), `release` (the sampler's memory, for learning), `learn` (one run's update, its metrics and logs)."""
+    """What every training step reads, set up once by `train_runs`: the runs, the model's trainable tensors, the
+    seating (`seating.Solo` for one run, `seating.Shared` for runs sharing the process). Its methods are the
+    step's phases, in order: `seat` (the players brought to this step), `draw` (the problems, played and scored,
+    drawn again for informative groups), `release` (the sampler's memory, for learning), `learn` (one run's
+    update, its metrics and logs)."""
 
     cfg: Config
     pending: list[Run]
@@ -101,78 +101,42 @@ class Loop:
     size: int
     params: list
     """The model's trainable tensors, into which runs sharing a process swap their own."""
-    engines: list
-    learners: dict
-    """Each seat's learner `Player` (the shared one in every seat)."""
-    partner: FrozenPartner | None
-    partner_rows: bool
-    """The frozen partner samples in the learner's own engine (its rows through their own slot or none)."""
+    seating: Solo | Shared
     reference: object
-
-    @property
-    def shared(self) -> bool:
-        return len(self.pending) > 1
 
     @property
     def gpu(self) -> bool:
         return self.device.type == "cuda"
 
-    def seat(self, step: int, active: list[Run]) -> list[Player]:
-        """Runs sharing a process: each active run's adapter stored in its slot, a `Player` per slot. A partner in
-        the learner's engine: the learner's adapter stored in slot 0 (the slot engines sample from it, not the
-        live weights). The frozen partner brought to this step."""
-        players = []
-        if self.shared:
-            for slot, run in enumerate(active):
-                swap_in(self.params, run)
-                self.engines[0].store_adapter(slot)
-                players.append(Player(self.engines[0], self.tokenizer, f"policy-{slot}", slot))
-        elif self.partner_rows:
-            for engine in self.engines:
-                engine.store_adapter(0)
-        if self.partner is not None:
-            self.partner.refresh(step)
-        return players
+    def seat(self, step: int, active: list[Run]) -> None:
+        """The players brought to this step: each run's weights in its slot, the frozen partner refreshed."""
+        self.seating.seat(step, active)
 
-    def play(self, step: int, draw: int, batches: list[list], active: list[Run],
-             players: list[Player]) -> list[list[_Group]]:
+    def play(self, step: int, draw: int, batches: list[list], active: list[Run]) -> list[list[_Group]]:
         """One draw of the step: every run's batch (some may be empty) in one call a turn -> each run's groups, in
         the order of its problems."""
-        t, protocol, G = self.cfg.train, self.protocol, self.cfg.train.chats_per_problem
+        G = self.cfg.train.chats_per_problem
         who = [j for j, b in enumerate(batches) if b]
-        key = step if draw == 0 else f"{step}-{draw}"  # the first draw is the step's draw without options
-        frozen = None
-        if self.shared:
-            seating = [{seat: players[j] for seat in protocol.seats} for j in who for _ in range(len(batches[j]) * G)]
-            seed = _shared_seed([run.seed for run in active], key)
-        else:
-            seating = self.learners
-            seed = (active[0].seed * 100_003 + step + self.rank * 1_000_000_007 if draw == 0
-                    else _shared_seed([active[0].seed], key))
-        if self.partner is not None:  # runs sharing a process never have partners (config.validate)
-            frozen = partner_seats(active[0].seed, key, t.problems_per_step if draw == 0 else len(batches[0]),
-                                   t.partners, protocol.seats)
-            frozen = distributed.shard(frozen, self.rank, self.size) if draw == 0 else frozen
-            seating = lineups(frozen, G, protocol.seats, self.learners, self.partner.players)
+        lineup = self.seating.lineup(step, draw, batches, active)
         chats = play_chats([p for j in who for p in batches[j]],
                            [ARMS[active[j].arm] for j in who for _ in batches[j]],
-                           seating, protocol, self.cfg.chat, chats_per_problem=G, seed=seed)
-        reward.score_chats(chats, protocol)
+                           lineup.seating, self.protocol, self.cfg.chat, chats_per_problem=G, seed=lineup.seed)
+        reward.score_chats(chats, self.protocol)
         out: list[list[_Group]] = [[] for _ in batches]
         for j in who:
             mine, chats = chats[:len(batches[j]) * G], chats[len(batches[j]) * G:]
-            out[j] = [_Group(mine[i * G:(i + 1) * G], None if frozen is None else frozen[i], draw)
+            out[j] = [_Group(mine[i * G:(i + 1) * G], None if lineup.frozen is None else lineup.frozen[i], draw)
                       for i in range(len(batches[j]))]
         return out
 
-    def draw(self, step: int, active: list[Run], players: list[Player]) -> tuple[list[list[_Group]], list[int]]:
+    def draw(self, step: int, active: list[Run]) -> tuple[list[list[_Group]], list[int]]:
         """The step's problems for each run, played and scored; with informative groups, drawn again (up to
         `max_draws` batches) for each run whose groups do not yet hold enough signal. -> (each run's groups, how
         many problems each run's step wants)."""
         t = self.cfg.train
         first_batches = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
                                            self.rank, self.size) for run in active]
-        groups = self.play(step, 0, first_batches, active, players)
+        groups = self.play(step, 0, first_batches, active)
         wanted = [len(b) for b in first_batches]
         for draw in range(1, t.max_draws if t.dynamic_sampling else 1):
             more = [[] if enough(_rewards(g), n) else
@@ -180,20 +144,13 @@ class Loop:
                     for run, g, n in zip(active, groups, wanted)]
             if not any(more):
                 break
-            for g, new in zip(groups, self.play(step, draw, more, active, players)):
+            for g, new in zip(groups, self.play(step, draw, more, active)):
                 g += new
         return groups, wanted
 
     def release(self) -> None:
         """The sampler's memory, given back before learning."""
-        if self.shared:
-            # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths)
-            # would sit idle through learning; re-capturing its graphs next step costs little by comparison.
-            self.engines[0].release()
-        elif self.cfg.train.release_sampler:
-            for engine in self.engines:
-                if isinstance(engine, StaticEngine):
-                    engine.release(weights=True)
+        self.seating.release()
 
     def learn(self, step: int, run: Run, groups: list[_Group], wanted: int, shares: int, sample_seconds: float,
               peak_sample: float | None) -> dict:
@@ -204,11 +161,11 @@ class Loop:
         learn_began = time.perf_counter()
         if self.gpu:  # the two phases' peaks apart: they call for different remedies
             torch.cuda.reset_peak_memory_stats(self.device)
-        if self.shared:
-            swap_in(self.params, run)
+        swap_in(self.params, run)
         kept = chosen(_rewards(groups), wanted) if t.dynamic_sampling else list(range(len(groups)))
         mine = [c for i in kept for c in groups[i].chats]
-        frozen_seats = None if self.partner is None else [groups[i].frozen for i in kept for _ in range(G)]
+        partner = self.seating.partner
+        frozen_seats = None if partner is None else [groups[i].frozen for i in kept for _ in range(G)]
         role_stats = []
         for role in run.roles:
             for group in role.optimizer.param_groups:  # a function of the step: resuming needs no state
@@ -217,25 +174,24 @@ class Loop:
                                          self.device, protocol.n_turns, frozen_seats, role.seats, self.reference,
                                          self.cfg.chat.temperature))
         stats = _combined([s for s in role_stats if s is not None])
-        if self.shared:
-            swap_out(self.params, run)
+        swap_out(self.params, run)
         learned = time.perf_counter()
         transcripts = distributed.gather([
-            {"step": step, **c.transcript(), **_partner_record(g.frozen, self.partner, step),
+            {"step": step, **c.transcript(), **_partner_record(g.frozen, partner, step),
              **({"draw": g.draw, "trained": i in kept} if t.dynamic_sampling else {})}
             for i, g in enumerate(groups) for c in g.chats])
         row = step_metrics(step, [c for c in transcripts if c.get("draw", 0) == 0], protocol, stats,
                            sample_seconds + learned - learn_began, sample_seconds, learned - learn_began)
         if t.dynamic_sampling:
             row.update(draw_metrics(groups, kept))
-        if self.shared:
+        if run.weights is not None:  # runs sharing a process: how many this step's sampling served
             row["perf/shared_runs"] = shares
         if self.gpu:
             peak_learn = torch.cuda.max_memory_allocated(self.device) / 2**30
             row.update({"perf/peak_gpu_gb": max(peak_sample, peak_learn), "perf/peak_sample_gb": peak_sample,
                         "perf/peak_learn_gb": peak_learn})
         if self.rank == 0:
-            _record(run, step, row, transcripts, t, self.partner)
+            _record(run, step, row, transcripts, t, partner)
         return row
 
 
@@ -317,26 +273,6 @@ def _record(run: Run, step: int, row: dict, transcripts: list, t, partner: Froze
         log(row, step)
     if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
         checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
-
-
-@torch.no_grad()
-def swap_in(params: list, run: Run) -> None:
-    for p, w in zip(params, run.weights):
-        p.copy_(w)
-
-
-@torch.no_grad()
-def swap_out(params: list, run: Run) -> None:
-    for p, w in zip(params, run.weights):
-        w.copy_(p)
-
-
-def _shared_seed(seeds: list[int], step: int) -> int:
-    """The sampling seed of a step shared by runs of these seeds (a function of the group and the step)."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{sorted(seeds)}-{step}".encode()).hexdigest()
-    return int(digest[:15], 16)
 
 
 def fmt(x) -> str:

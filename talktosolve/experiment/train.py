@@ -47,7 +47,8 @@ import torch
 from talktosolve.config import RUN, Config, config_key, key_fields
 from talktosolve.experiment.frozen import FrozenPartner, in_learners_engines, partner_key, partner_slots
 from talktosolve.experiment.pool import PoolError, training_pool
-from talktosolve.experiment.step import Loop, Role, Run, fmt, swap_in
+from talktosolve.experiment.seating import Shared, Solo, swap_in
+from talktosolve.experiment.step import Loop, Role, Run, fmt
 from talktosolve.learning import distributed
 from talktosolve.learning.grpo import NonFiniteLoss
 from talktosolve.model import checkpoint
@@ -219,8 +220,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                if t.partners > 0 else None)
     if partner is not None and partner.snapshots and pending[0].start:
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
-    loop = Loop(cfg, pending, protocol, tokenizer, device, rank, size, params, engines, learners, partner,
-                 partner_rows, reference)
+    seating = (Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem) if shared else
+               Solo(t, protocol.seats, learners, engines, partner, partner_rows, rank, size))
+    loop = Loop(cfg, pending, protocol, tokenizer, device, rank, size, params, seating, reference)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
     bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
@@ -230,8 +232,8 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         if loop.gpu:
             torch.cuda.reset_peak_memory_stats(device)
         try:
-            players = loop.seat(step, active)
-            groups, wanted = loop.draw(step, active, players)
+            loop.seat(step, active)
+            groups, wanted = loop.draw(step, active)
             loop.release()
             sample_seconds = (time.perf_counter() - began) / len(active)  # shared sampling: each run pays its share
             peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if loop.gpu else None
@@ -264,8 +266,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         bar.update(1)
     bar.close()
     for run in pending:
-        if shared:
-            swap_in(params, run)
+        swap_in(params, run)
         _finish(run, cfg, size, main)
 
 
