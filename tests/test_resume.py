@@ -7,14 +7,13 @@ written its k-th stage output (a checkpoint, a finished run, an evaluation), for
 the test kills as often on a loaded machine as on an idle one."""
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from helpers import recipe_command, recipe_env, stage_outputs
 
 pytestmark = pytest.mark.slow
 
@@ -29,34 +28,23 @@ def strip_times(obj):
     return obj
 
 
-def command(out, preset):
-    return [sys.executable, "-m", "talktosolve.cli", "recipe", "--preset", preset, "--out", str(out), "--quiet"]
-
-
-def stage_outputs(out) -> int:
-    """How many stage outputs a recipe folder holds so far."""
-    return sum(len(list(out.glob(pattern))) for pattern in
-               ("runs/*/checkpoints/step-*", "runs/*/done.json", "evals/*/summary.json", "results.json"))
-
-
-def env():
-    # The CLI pins every process's threads and kernels (cpu_pins), so CPU float sums are split alike in each.
-    return {**os.environ, "PYTHONHASHSEED": "0"}
-
-
 @pytest.mark.parametrize("preset, n_kills", [("tiny", 4), ("tiny-3", 2)])
-def test_kill_anywhere_and_rerun_gives_the_same_results(tmp_path, preset, n_kills):
-    ref = tmp_path / "ref"
-    subprocess.run(command(ref, preset), check=True, env=env(), capture_output=True, timeout=900)
-    want = strip_times(json.loads((ref / "results.json").read_text()))
-    total = stage_outputs(ref)
+def test_kill_anywhere_and_rerun_gives_the_same_results(tmp_path, request, preset, n_kills):
+    if preset == "tiny-3":  # the suite's own run of it is the uninterrupted reference
+        shared = request.getfixturevalue("tiny3_cli")
+        ref, results, total = shared.out, shared.results, shared.stages
+    else:
+        ref = tmp_path / "ref"
+        subprocess.run(recipe_command(ref, preset), check=True, env=recipe_env(), capture_output=True, timeout=900)
+        results, total = json.loads((ref / "results.json").read_text()), stage_outputs(ref)
+    want = strip_times(results)
 
     out = tmp_path / "killed"
     rng = random.Random(0)
     kills = 0
     # Kill at moments spread over the whole run (start-up, training, evaluation, report), then let it finish.
     for target in sorted(rng.sample(range(0, total - 2), n_kills)):
-        proc = subprocess.Popen(command(out, preset), env=env(), stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(recipe_command(out, preset), env=recipe_env(), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         while proc.poll() is None and stage_outputs(out) <= target:
             time.sleep(0.05)
@@ -65,7 +53,7 @@ def test_kill_anywhere_and_rerun_gives_the_same_results(tmp_path, preset, n_kill
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
-    done = subprocess.run(command(out, preset), env=env(), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(recipe_command(out, preset), env=recipe_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     got = strip_times(json.loads((out / "results.json").read_text()))
     print(f"\nresume: {kills} kill -9s survived; results.json identical to the uninterrupted run")

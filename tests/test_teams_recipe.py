@@ -3,6 +3,7 @@ micro-teams base): schema-valid results with every seat, arm and comparison; tra
 and the arms' deals; the report; a rerun that skips everything."""
 
 import json
+import shutil
 
 import pytest
 
@@ -16,10 +17,8 @@ SEATS = ["A", "B", "C"]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny3") / "rec"
-    assert main(["recipe", "--preset", "tiny-3", "--out", str(out), "--quiet"]) == 0
-    return out, json.loads((out / "results.json").read_text())
+def run(tiny3_cli):
+    return tiny3_cli.out, tiny3_cli.results
 
 
 def test_results_hold_every_seat_arm_and_comparison(run):
@@ -60,8 +59,10 @@ def test_transcripts_follow_the_protocol_and_each_arms_deal(run):
     assert full_talk["send"] is None and full_talk["use"] is None
 
 
-def test_report_names_every_seat_and_a_rerun_skips_everything(run, capsys):
-    out, results = run
+def test_report_names_every_seat_and_a_rerun_skips_everything(run, capsys, tmp_path):
+    shared, results = run
+    out = tmp_path / "rec"
+    shutil.copytree(shared, out)  # the rerun rewrites results.json and the report: not in the shared folder
     report = (out / "report.md").read_text()
     assert "seats A, B, C; turns A, B, C, A, B, C" in report
     assert "| C send / use |" in report and "full − chat = " in report
