@@ -93,7 +93,6 @@ class Loop:
     update, its metrics and logs)."""
 
     cfg: Config
-    pending: list[Run]
     protocol: Protocol
     tokenizer: object
     device: torch.device

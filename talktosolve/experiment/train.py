@@ -222,7 +222,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
     seating = (Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem) if shared else
                Solo(t, protocol.seats, learners, engines, partner, partner_rows, rank, size))
-    loop = Loop(cfg, pending, protocol, tokenizer, device, rank, size, params, seating, reference)
+    loop = Loop(cfg, protocol, tokenizer, device, rank, size, params, seating, reference)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
     bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
