@@ -85,7 +85,7 @@ def main():
             logits = torch.nn.functional.linear(hidden, weight).float()
             return (logits / temperature - torch.log(-torch.log(torch.rand_like(logits)))).argmax(-1)
         compiled = torch.compile(gumbel)
-        engine._pick = lambda hidden, s: (compiled(hidden, engine.head_weight, engine.temperature), None)
+        engine._pick = lambda hidden, s: (compiled(hidden, engine.weights.head, engine.temperature), None)
 
     autotuned = lambda: (torch.compile(fl.decode_qkv, mode="max-autotune-no-cudagraphs"),
                          torch.compile(fl.decode_out, mode="max-autotune-no-cudagraphs"))

@@ -29,8 +29,9 @@ import torch.nn.functional as F
 from random_model import run_facts
 
 import talktosolve.sampling.fast_layers as fl
+import talktosolve.sampling.weights as sw
 
-STACKED = (fl.linear, fl.Fused.make_slots, fl.Fused.store, fl.Fused.slot_lora)
+STACKED = (fl.linear, sw.Fused.make_slots, sw.Fused.store, sw.Fused.slot_lora)
 
 
 def side_by_side_linear(x, w, b=None, lora=None):
@@ -45,7 +46,7 @@ def side_by_side_linear(x, w, b=None, lora=None):
 def side_by_side_make_slots(self, n):
     if len(self.parts) == 1:
         self.weight = self.parts[0][1].weight.detach()
-    ranks = [m.lora_A[fl.only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
+    ranks = [m.lora_A[sw.only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
     self.rank, self.a, self.b = sum(ranks), None, None
     if ranks:
         n_in, n_out, dt = self.weight.shape[1], self.weight.shape[0], self.weight.dtype
@@ -61,7 +62,7 @@ def side_by_side_store(self, slot):
     for m, base, lora in self.parts:
         n = base.weight.shape[0]
         if lora:
-            name = fl.only_adapter(m)
+            name = sw.only_adapter(m)
             a, b = m.lora_A[name].weight, m.lora_B[name].weight
             r = a.shape[0]
             self.a[:, col:col + r].copy_(a.t())
@@ -77,7 +78,7 @@ def side_by_side_slot_lora(self, masks):
 def use(form: str) -> None:
     parts = STACKED if form == "stacked" else (side_by_side_linear, side_by_side_make_slots, side_by_side_store,
                                                side_by_side_slot_lora)
-    fl.linear, fl.Fused.make_slots, fl.Fused.store, fl.Fused.slot_lora = parts
+    fl.linear, sw.Fused.make_slots, sw.Fused.store, sw.Fused.slot_lora = parts
     torch._dynamo.reset()  # the compiled layer read the other form's `linear`
 
 

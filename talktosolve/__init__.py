@@ -27,7 +27,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
                learning.learn_packing
     model:     model.policy model.checkpoint
     bases:     micro micro.base micro.teams model.smollm2 talktosolve
-    sampling:  sampling.engine sampling.fast_engine sampling.rollout
+    sampling:  sampling.engine sampling.weights sampling.fast_engine sampling.factory sampling.rollout
     play:      experiment.evaluate experiment.frozen experiment.seating experiment.replay
     learning:  learning.logprobs learning.grpo experiment.pool experiment.step experiment.train
     recipe:    experiment.recipe experiment.assemble experiment.report_options experiment.report experiment.summary

@@ -5,7 +5,8 @@ import torch
 from helpers import prompts, stock_greedy, tiny
 
 from talktosolve.sampling.engine import Engine, Session, cut_at_stop, left_pad
-from talktosolve.sampling.fast_engine import StaticEngine, make_engine
+from talktosolve.sampling.factory import make_engine
+from talktosolve.sampling.fast_engine import StaticEngine
 
 
 def test_near_zero_temperature_is_greedy_and_matches_stock_generate():

@@ -31,7 +31,7 @@ def test_frozen_seats_get_no_gradient_and_are_not_counted_in_the_normaliser(tiny
     from talktosolve.micro.task import make_problems
     from talktosolve.model.policy import load_tokenizer
     from talktosolve.protocol import protocol_of
-    from talktosolve.sampling.fast_engine import make_engine
+    from talktosolve.sampling.factory import make_engine
     from talktosolve.sampling.rollout import Player, play_chats
 
     cfg = make_config("micro", {"model": {"name_or_path": str(tiny_model_dir)},

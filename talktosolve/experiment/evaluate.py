@@ -38,7 +38,7 @@ from talktosolve.model.policy import (
     weights_key,
 )
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.sampling.fast_engine import make_engine, slot_mode_fits
+from talktosolve.sampling.factory import make_engine, slot_mode_fits
 from talktosolve.sampling.rollout import Player, play_chats
 from talktosolve.store import read_json, write_json, write_text
 from talktosolve.team import reward

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import torch
 
 from talktosolve.model.policy import adapter_shape, load_base, load_player_model, stop_ids, trained_weights, weights_key
-from talktosolve.sampling.fast_engine import make_engine, slot_mode_fits
+from talktosolve.sampling.factory import make_engine, slot_mode_fits
 from talktosolve.sampling.rollout import Player
 
 

@@ -63,7 +63,8 @@ from talktosolve.model.policy import (
     stop_ids,
 )
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.sampling.fast_engine import StaticEngine, make_engine
+from talktosolve.sampling.factory import make_engine
+from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Player
 from talktosolve.store import read_json, truncate_jsonl, write_json
 

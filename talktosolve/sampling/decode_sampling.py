@@ -1,4 +1,4 @@
-"""The decode step's sampling on CUDA: Gumbel-max over each row's logits in a split Triton kernel.
+"""The decode step's sampling: Gumbel-max over each row's logits, on CUDA in a split Triton kernel.
 
 A sample from softmax(z / T) is argmax_j (z_j / T + G_j) with G_j i.i.d. Gumbel, G = -log(-log U), U ~ Uniform
 [0, 1) (exact: no top-k, no top-p). Eager, that is six passes over an fp32 [B, V] tensor (cast, draw, two logs,
@@ -16,7 +16,7 @@ The random numbers are keyed by (seed + step) and counted by the flat index b * 
 one-element device tensors that the engine sets once a call and a CUDA graph advances at every replay, so a
 seeded call samples the same whether its graph was captured before or not, and every step draws afresh.
 U = 0 gives G = -inf (never picked). `available()` is False without Triton or off CUDA; the engine then samples
-with torch's generator (and always on a CPU, where the results stay those of torch's generator).
+with torch's generator (`sample_eager`; also where it records each token's log-prob, or decodes greedily).
 """
 
 from __future__ import annotations
@@ -85,3 +85,22 @@ def sample(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: t
     out = torch.empty(B, device=logits.device, dtype=torch.long)
     _gumbel_combine[(B,)](best, where, out, N_SPLIT=n_split, N_PAD=max(2, triton.next_power_of_2(n_split)))
     return out
+
+
+def sample_eager(logits: torch.Tensor, temperature: float, *, greedy: bool = False,
+                 logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [B, V] -> (the sampled token of every row [B], its log-prob under softmax(logits / T) [B] or None),
+    drawn from torch's generator; `greedy`: the argmax instead."""
+    logits = logits.float()
+    if greedy:
+        tok = logits.argmax(-1)
+    else:
+        # On CUDA G is drawn as -log E, E ~ Exp(1) (an exponential race: fewer passes over the [B, V] logits); a
+        # CPU's exponential sampler is slow, so there G = -log(-log U), U ~ Uniform.
+        if logits.is_cuda:
+            noise = -torch.empty_like(logits).exponential_().log_()
+        else:
+            noise = -torch.log(-torch.log(torch.rand_like(logits).clamp_(min=1e-20)))
+        tok = (logits / temperature + noise).argmax(-1)
+    logp = torch.gather(torch.log_softmax(logits / temperature, -1), 1, tok[:, None])[:, 0] if logprobs else None
+    return tok, logp

@@ -9,11 +9,8 @@ it does:
   transformers modules in place. transformers' forward builds masks and caches with host-side logic that a CUDA graph
   cannot hold; this one is pure tensor work, so one decode step (embed, 28 layers, head, sampling, stop
   bookkeeping) is captured once and replayed with a single launch.
-- **Exact adapter weights.** For every LoRA layer the sampler keeps one weight buffer and, before each call,
-  rewrites it as `W0 + scale * B @ A` from the untouched base weight `W0` (computed in fp32, rounded once).
-  Nothing is ever merged into or unmerged from `W0`, so no drift accumulates over steps. Under full fine-tuning
-  the buffers are plain copies of the live weights, rewritten the same way. A refresh is skipped while no
-  parameter changed (version counters), so the four turns of a step pay for one.
+- **Exact adapter weights** (`weights.SamplingWeights`): per LoRA layer one buffer rewritten as
+  `W0 + scale * B @ A` from the untouched base weight before a call whose weights changed, never merged into it.
 - **Sampling inside the graph.** Gumbel-max over fp32 logits / temperature is an exact sample from
   softmax(logits / T) (no top-k, no top-p): on CUDA in one split Triton kernel keyed by the call's seed and the
   step (`decode_sampling`), elsewhere drawn from torch's generator.
@@ -21,15 +18,10 @@ it does:
   one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs'
   KV buffers are views of one pool sized for the largest shape seen, and their scratch memory is one graph pool.
 
-Prefill (the prompt) runs without a graph through the same layer math. On CUDA each decode layer is also passed
-through `torch.compile` (one compiled layer serves every layer), which fuses the small element-wise kernels that a
-launch-bound decode step is made of, and so are prefill's blocks around attention; q|k|v and gate|up run as one
-matmul each over stacked weight buffers. Where Triton runs, the decode step's attention is
-`decode_attention.attend`, which reads only each row's own cache columns, from its first token to the newest
-(the layer's two halves around it are compiled apart); elsewhere it is two matmuls and a masked softmax (SDPA on
-a CPU). Where FlashAttention runs (CUDA), prefill packs every row's new tokens into one sequence, so no padding
-goes through the layers, and attends through FlashAttention's varlen kernel (`prefill_attention.Packed`);
-elsewhere the rows are a left-padded block under a mask (`prefill_attention.Masked`).
+Prefill (the prompt) runs without a graph through the same layer math. On CUDA the decode layer and prefill's
+blocks around attention are compiled (`torch.compile` fuses the small element-wise kernels), decode attends through
+`decode_attention` (each row's own cache columns only) and prefill packs the rows' new tokens for FlashAttention
+(`prefill_attention.Packed`); elsewhere both are the portable paths (SDPA under a mask on a CPU).
 
 - **Shared runs read once.** Rows of one policy whose prompts begin with the same run of tokens (a problem's
   chats at the first turn, and their system prompt and problem at the second) are grouped (`prefixes.plan`); each
@@ -39,17 +31,12 @@ elsewhere the rows are a left-padded block under a mask (`prefill_attention.Mask
   a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
   in front of them in the pool, and the block attends over both.
 - **Slot mode: several policies, one decode step.** With `slots=n` the engine samples with the frozen base
-  weights and holds n LoRA adapters (`store_adapter(j)` copies the model's live adapter into slot j); a call
-  names each row's slot (`adapters=`, None for the base alone): each projection adds
-  `((x @ A) * mask) @ (scale * B)` to the base's output, the n adapters side by side in A and B and each row's
-  mask keeping only its own slot's columns (`fast_layers.linear`; x @ A comes out of the base's matmul, A stacked
-  under the base weight, whose storage the engine takes over), so any mix of rows (several runs' chats; a
-  learner's and its frozen base partner's) is one batch. Decode is bound by reading the weights, so one step for n
-  policies' rows costs far less than n steps (`train.runs_per_process`, `bench/gpu_shared.py`). The adapters
-  are applied unmerged, as the learner applies them, so no merge is rounded into a weight.
+  weights and holds n LoRA adapters (`store_adapter(j)`); a call names each row's slot (`adapters=`, None for the
+  base alone), so any mix of rows (several runs' chats; a learner's and its frozen base partner's) is one batch
+  (`weights` says how).
 
 Only models whose config says `qwen2`, `llama` or `mistral`-style attention are accepted; anything else falls
-back to `Engine` (see `make_engine`).
+back to `Engine` (see `factory.make_engine`).
 """
 
 from __future__ import annotations
@@ -60,7 +47,8 @@ import torch.nn.functional as F
 from talktosolve.model.policy import base_model
 from talktosolve.sampling import decode_attention, decode_sampling, prefill_attention, prefixes
 from talktosolve.sampling import fast_layers as layers
-from talktosolve.sampling.engine import Engine, Session, cut_at_stop, left_pad
+from talktosolve.sampling.engine import Session, cut_at_stop, left_pad
+from talktosolve.sampling.weights import SamplingWeights
 
 SUPPORTED = ("qwen2", "llama", "mistral")
 BUCKET = 256
@@ -69,52 +57,17 @@ decode step attends only over the filled columns, to `CPU_BUCKET`."""
 CPU_BUCKET = 32
 MAX_GRAPHS = 16
 
-def slot_mode_fits(model, kind: str = "auto") -> bool:
-    """Whether `make_engine(model, kind=kind, slots=n)` can build a slot-mode engine for this LoRA model."""
-    base = base_model(model)
-    head = base.get_output_embeddings()
-    return (getattr(base.config, "model_type", "") in SUPPORTED and kind != "portable"
-            and any(hasattr(m, "lora_A") for m in base.modules()) and not hasattr(head, "lora_A"))
-
-
-def make_engine(model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, kind: str = "auto",
-                slots: int = 0):
-    """`kind` auto: the static engine for supported architectures (CUDA graphs on a GPU, the same step run
-    eagerly on a CPU, where it is still faster than transformers' forward), the portable `Engine` otherwise.
-    `slots` > 0: the static engine in slot mode (several runs' adapters), which the portable one has not."""
-    base = base_model(model)
-    supported = getattr(base.config, "model_type", "") in SUPPORTED
-    if (kind == "fast" or slots) and not supported:
-        what = "chat.engine=fast" if kind == "fast" else "several runs in one process (train.runs_per_process)"
-        raise ValueError(f"{what} needs the static engine, which supports {SUPPORTED} models, not "
-                         f"`{base.config.model_type}`.")
-    if slots and kind == "portable":
-        raise ValueError("several runs in one process (train.runs_per_process > 1) need chat.engine auto or fast.")
-    if kind == "fast" or (kind == "auto" and supported):
-        return StaticEngine(model, stop_ids=stop_ids, pad_id=pad_id, temperature=temperature,
-                            force_max_length=force_max_length, slots=slots)
-    return Engine(model, stop_ids=stop_ids, pad_id=pad_id, temperature=temperature,
-                  force_max_length=force_max_length)
-
 
 class StaticEngine:
-    """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring).
-
-    `slots` > 0 turns on slot mode, for several policies over one frozen base: the engine samples with the base
-    weights and holds `slots` LoRA adapters, each copied in from the live adapter by `store_adapter(j)`;
-    `generate(..., adapters=[...])` reads each row through the adapter its entry names (None: the base alone),
-    so several runs' chats, or a learner's and its base partner's, share every decode step (`fast_layers.linear`);
-    `slots=n` is short for n equal contiguous blocks, block j through adapter j. LoRA models only."""
+    """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring). `slots` > 0:
+    slot mode, `slots` LoRA adapters over the frozen base (`store_adapter(j)`; `generate(..., adapters=...)`)."""
 
     share_prefixes = True
     """Read a run of tokens that several rows' prompts begin with once (`prefixes`). False (on the class or an
     engine): every row reads its whole prompt, what `bench/gpu_shared.py` compares against."""
     attend = staticmethod(decode_attention.attend)
-    """The decode attention kernel (`decode_attention.attend`). Another of its signature (on the class or an
-    engine) is what the benchmarks compare against: the kernel before its splits
-    (`bench/decode_attention_before.py`; `bench/gpu_step.py`, `bench/profile_sample.py`), or this one reading
-    every row's left padding too (`read_padding=True`; `bench/profile_sample.py`, `bench/gpu_shared.py`,
-    `bench/gpu_evals_together.py`)."""
+    """The decode attention kernel (`decode_attention.attend`); another of its signature (on the class or an
+    engine) is what the benchmarks compare against."""
     packed_prefill: bool | None = None
     """Prefill over packed rows through FlashAttention (`prefill_attention.Packed`); None: where it runs. False (on
     the class, or the constructor's argument): the left-padded block under its mask, what `bench/gpu_shared.py`
@@ -131,47 +84,21 @@ class StaticEngine:
         self.greedy = greedy
         self.record_logprobs = record_logprobs
         self.last_logprobs = None
-        base = base_model(model)
-        cfg = base.config
+        cfg = base_model(model).config
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
-        inner = base.get_decoder()
-        self.rotary = inner.rotary_emb
-        self.embed = inner.embed_tokens.weight
-        self.norm = inner.norm.weight
-        head = base.get_output_embeddings()
+        self.rotary = base_model(model).get_decoder().rotary_emb
         self.slots = slots
-        if slots and not any(hasattr(m, "lora_A") for m in base.modules()):
-            raise ValueError("slot mode (several runs' adapters in one engine) needs a LoRA model; "
-                             "full fine-tuning trains one run per process")
-        if slots and hasattr(head, "lora_A"):
-            raise ValueError("slot mode does not support a LoRA adapter on the output head; leave lm_head out "
-                             "of model.lora_targets")
-        self.head = layers.Fused([head]) if hasattr(head, "lora_A") else None
-        self.head_weight = head.weight
-        self.layers = []
-        for layer in inner.layers:
-            at, mlp = layer.self_attn, layer.mlp
-            self.layers.append({
-                "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "qkv": layers.Fused([at.q_proj, at.k_proj, at.v_proj]), "o": layers.Fused([at.o_proj]),
-                "gate_up": layers.Fused([mlp.gate_proj, mlp.up_proj]), "down": layers.Fused([mlp.down_proj]),
-            })
-            if slots:
-                for key in layers.GROUPS:
-                    self.layers[-1][key].make_slots(slots)
-        self._stamp = None
+        self.weights = SamplingWeights(model, slots)
+        self.embed, self.norm, self.layers = self.weights.embed, self.weights.norm, self.weights.layers
         self.shared_tokens = 0
         """Prompt tokens not read because another row of their group read them (over this engine's calls)."""
         self.stop = torch.tensor(self.stop_ids, device=self.device)
         self.graphs: dict[tuple[int, int], dict] = {}  # (rows, KV length)
         self.pool: torch.Tensor | None = None
-        # torch.compile fuses each decode layer's small element-wise kernels (norms, rotary, SwiGLU), which is
-        # what a launch-bound decode step is made of; one compiled layer serves all layers (same shapes).
-        # Shapes are left to torch.compile's automatic dynamism: a second KV length recompiles once with the
-        # length symbolic, instead of once per length (which would reach dynamo's recompile limit and fall back
-        # to eager over a run's many view lengths).
+        # One compiled layer serves all layers. Shapes are left to automatic dynamism: a second KV length
+        # recompiles once with the length symbolic, not once per length (dynamo's recompile limit would end in eager).
         self.compiled = self.device.type == "cuda" if compile is None else compile
         self._decode = torch.compile(layers.decode_layer) if self.compiled else layers.decode_layer
         # The decode step's attention: the Triton kernel where it runs (`decode_attention`), else the layer's
@@ -191,10 +118,8 @@ class StaticEngine:
                              f"precision and a head size of at most 256 divisible by 8 (this model's: {self.head_dim})")
         self._decode_halves = ((torch.compile(layers.decode_qkv), torch.compile(layers.decode_out)) if self.compiled
                                else (layers.decode_qkv, layers.decode_out))
-        # Prefill runs without a graph (its shapes change every call); its element-wise passes over [B, S, H]
-        # and [B, S, 2I] blocks (norms, rotary, SwiGLU) are fused by compiling the blocks around attention, with
-        # dynamic shapes (one compilation serves every call). Attention and the cache writes stay eager:
-        # compiled, their mask and K/V preparation became slower kernels than the eager ones (measured on an H200).
+        # Prefill's blocks around attention are compiled with dynamic shapes (one compilation serves every call);
+        # attention and the cache writes stay eager: compiled, their mask and K/V preparation ran slower.
         blocks = (layers.qkv, layers.mlp_out)
         self._blocks = tuple(torch.compile(b, dynamic=True) for b in blocks) if self.compiled else blocks
         # Sampling: a split Triton kernel on CUDA (`decode_sampling`), else torch's generator.
@@ -208,21 +133,8 @@ class StaticEngine:
         return self.embed.device
 
     def refresh(self):
-        """Rewrite every sampling weight from the base weights and the current adapter (or live weights).
-
-        Skipped when no parameter changed since the last refresh: every in-place write (an optimizer step, a
-        loaded checkpoint) bumps a tensor's version counter, so four turns of one step refresh once."""
-        if self.slots:  # the weights are the frozen base's; adapters come in through `store_adapter`
-            return
-        stamp = tuple(p._version for p in self.model.parameters())
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        for layer in self.layers:
-            for key in layers.GROUPS:
-                layer[key].refresh()
-        if self.head is not None:
-            self.head.refresh()
+        """Rewrite the sampling weights from the base weights and the current adapter, if any changed."""
+        self.weights.refresh()
 
     def release(self, weights: bool = False) -> None:
         """Free the KV pool and the graphs that read it, so that other work (the learner) can use the memory;
@@ -231,13 +143,8 @@ class StaticEngine:
         storage); the next call rebuilds them from the model."""
         self.graphs.clear()
         self.pool = None
-        if weights and not self.slots:
-            for layer in self.layers:
-                for key in layers.GROUPS:
-                    layer[key].drop()
-            if self.head is not None:
-                self.head.drop()
-            self._stamp = None
+        if weights:
+            self.weights.drop()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
             # A new scratch pool for the new graphs: the old one may outlive its graphs (the first capture of a
@@ -247,33 +154,9 @@ class StaticEngine:
 
     def store_adapter(self, slot: int) -> None:
         """Slot mode: copy the model's live adapter into slot `slot` (what rows of block `slot` will read)."""
-        if not 0 <= slot < self.slots:
-            raise ValueError(f"slot {slot} is outside this engine's {self.slots} slots")
-        for layer in self.layers:
-            for key in layers.GROUPS:
-                layer[key].store(slot)
-
-    def _lora(self, masks: dict) -> list:
-        """Per layer, the (q|k|v, o, gate|up, down) slot adapters read through `masks` (a graph state's, one
-        per rank); Nones outside slot mode."""
-        if not self.slots:
-            return [None] * len(self.layers)
-        return [tuple(w[key].slot_lora(masks) for key in layers.GROUPS) for w in self.layers]
-
-    def _set_rows(self, masks: dict, adapters: list[int | None]) -> None:
-        """Write each row's slot (None: the base, no adapter) into `masks` (a graph state's, read by its graph)."""
-        onehot = torch.zeros(len(adapters), self.slots, dtype=self.embed.dtype)
-        for i, j in enumerate(adapters):
-            if j is not None:
-                onehot[i, j] = 1
-        for rank, mask in masks.items():
-            mask.copy_(onehot.repeat_interleave(rank, dim=1)[:, None].to(mask.device))
+        self.weights.store(slot)
 
     # --------------------------------------------------------------------------------------------- forward
-    def _layer_args(self, w):
-        return (w["ln1"], w["ln2"], w["qkv"].weight, w["qkv"].bias, w["o"].weight, w["gate_up"].weight,
-                w["down"].weight)
-
     def _dims(self):
         return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
 
@@ -292,7 +175,7 @@ class StaticEngine:
         cols = torch.arange(T, device=self.device)
         attention = prefill_attention.Masked(layers.block_mask(cols[None] >= first[:, None], ids.shape[1]),
                                              bmask.bool())
-        x = self._layers(ids, positions, k_cache, v_cache, attention, self._lora(masks))
+        x = self._layers(ids, positions, k_cache, v_cache, attention, self.weights.lora(masks))
         return layers.rms(x[:, -1], self.norm, self.eps)
 
     def _read_packed(self, news, held, first, T, k_cache, v_cache, masks):
@@ -302,7 +185,7 @@ class StaticEngine:
         p = prefill_attention.pack([len(n) for n in news], first, T, self.n_kv, k_cache.shape[3])
         ids = torch.tensor([t for n in news for t in n], device=self.device)[None]  # [1, N]
         positions = (torch.tensor(held, device=self.device)[p.rows] + p.offsets)[None]  # [1, N]
-        lora = self._lora({rank: m[p.rows].transpose(0, 1) for rank, m in masks.items()})  # masks [1, N, n*r]
+        lora = self.weights.lora({rank: m[p.rows].transpose(0, 1) for rank, m in masks.items()})  # masks [1, N, n*r]
         x = self._layers(ids, positions, k_cache, v_cache, prefill_attention.Packed(p), lora)
         return layers.rms(x[0, p.last], self.norm, self.eps)
 
@@ -310,7 +193,7 @@ class StaticEngine:
         x = F.embedding(ids, self.embed)  # [B, S, H]
         cos, sin = self.rotary(x, positions)
         for i, (w, lora_i) in enumerate(zip(self.layers, lora)):
-            x = layers.prefill_layer(x, cos, sin, *self._layer_args(w), k_cache[i], v_cache[i], attention,
+            x = layers.prefill_layer(x, cos, sin, *self.weights.layer_args(w), k_cache[i], v_cache[i], attention,
                                      *self._blocks, **self._dims(), lora=lora_i)
         return x
 
@@ -324,7 +207,7 @@ class StaticEngine:
         v = torch.zeros_like(k)
         masks = {rank: m.new_zeros(G, *m.shape[1:]) for rank, m in s["masks"].items()}
         if self.slots:
-            self._set_rows(masks, [adapters[row] for row in plan.leaders])
+            self.weights.set_rows(masks, [adapters[row] for row in plan.leaders])
         self._read(runs, [0] * G, P - torch.tensor([len(r) for r in runs], device=self.device), P, k, v, masks)
         first = first.tolist()
         for row, (g, n) in enumerate(zip(plan.group, plan.shared)):
@@ -337,24 +220,11 @@ class StaticEngine:
     def _pick(self, hidden, s):
         """Next token [B] (and its log-prob [B]) from the last hidden state [B, H]; `s`: the graph's state, whose
         seed and step key the sampling kernel's random numbers."""
-        weight = self.head.weight if self.head is not None else self.head_weight
+        logits = F.linear(hidden, self.weights.head)  # [B, V]
         if self.sampling_kernel and not self.greedy and not self.record_logprobs:
-            return decode_sampling.sample(F.linear(hidden, weight), self.temperature, s["seed"], s["step"]), None
-        logits = F.linear(hidden, weight).float()  # [B, V]
-        if self.greedy:
-            tok = logits.argmax(-1)
-        else:
-            # Gumbel-max: argmax(z / T + G), G ~ Gumbel, is an exact sample from softmax(z / T). On CUDA G is
-            # drawn as -log E, E ~ Exp(1) (an exponential race: fewer passes over the [B, V] logits); a CPU's
-            # exponential sampler is slow, so there G = -log(-log U), U ~ Uniform.
-            if logits.is_cuda:
-                noise = -torch.empty_like(logits).exponential_().log_()
-            else:
-                noise = -torch.log(-torch.log(torch.rand_like(logits).clamp_(min=1e-20)))
-            tok = (logits / self.temperature + noise).argmax(-1)
-        logp = torch.gather(torch.log_softmax(logits / self.temperature, -1), 1, tok[:, None])[:, 0] \
-            if self.record_logprobs else None
-        return tok, logp
+            return decode_sampling.sample(logits, self.temperature, s["seed"], s["step"]), None
+        return decode_sampling.sample_eager(logits, self.temperature, greedy=self.greedy,
+                                            logprobs=self.record_logprobs)
 
     # ------------------------------------------------------------------------------------------ the graph
     def _buffers(self, B, L):
@@ -366,16 +236,11 @@ class StaticEngine:
             # shape, not the sum over shapes. A larger shape regrows the pool, and the graphs are re-captured.
             self.release()
             self.pool = torch.zeros(2, n, device=dev, dtype=dt)
-        return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv),
-                "first": torch.zeros(B, dtype=torch.long, device=dev),
-                "tok": torch.zeros(B, dtype=torch.long, device=dev),
-                "pos": torch.zeros(B, 1, dtype=torch.long, device=dev),
-                "col": torch.zeros(1, dtype=torch.long, device=dev),
-                "step": torch.zeros(1, dtype=torch.long, device=dev),
-                "seed": torch.zeros(1, dtype=torch.long, device=dev),
-                "done": torch.zeros(B, dtype=torch.bool, device=dev),
-                "out": torch.zeros(B, L, dtype=torch.long, device=dev),
-                "logp": torch.zeros(B, L, dtype=torch.float32, device=dev)}
+        def zeros(*shape, dtype=torch.long):
+            return torch.zeros(*shape, dtype=dtype, device=dev)
+        return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv), "first": zeros(B), "tok": zeros(B),
+                "pos": zeros(B, 1), "col": zeros(1), "step": zeros(1), "seed": zeros(1),
+                "done": zeros(B, dtype=torch.bool), "out": zeros(B, L), "logp": zeros(B, L, dtype=torch.float32)}
 
     def _decode_step(self, s, upto: int | None = None):
         """One token for every row, entirely on the device (this is what the graph holds).
@@ -399,7 +264,7 @@ class StaticEngine:
             # a row's own tokens: from its first column to the newest (this step's), never the left padding
             mask = ((column >= s["first"][:, None]) & (column <= s["col"]))[:, None, None]  # [B, 1, 1, L]
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
-                x = self._decode(x, cos, sin, *self._layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
+                x = self._decode(x, cos, sin, *self.weights.layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
                                  s["col"], mask, **self._dims(), lora=lora)
         tok, logp = self._pick(layers.rms(x[:, -1], self.norm, self.eps), s)
         if not self.force_max_length:
@@ -421,9 +286,9 @@ class StaticEngine:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
         s["graph"] = None
-        ranks = {w[key].rank for w in self.layers for key in layers.GROUPS if self.slots and w[key].b is not None}
-        s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype) for r in ranks}
-        s["lora"] = self._lora(s["masks"])  # built once per state: prefill and every decode step read it
+        s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype)
+                      for r in self.weights.ranks()}
+        s["lora"] = self.weights.lora(s["masks"])  # built once per state: prefill and every decode step read it
         if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
             self.graphs[key] = s
             return s
@@ -458,18 +323,7 @@ class StaticEngine:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        if (slots or adapters is not None) and not self.slots:
-            raise ValueError("slots= and adapters= need an engine built in slot mode (StaticEngine(..., slots=n))")
-        if self.slots:
-            if slots:
-                if not (slots <= self.slots and len(prompts) % slots == 0):
-                    raise ValueError(f"this engine holds {self.slots} adapters: slots=n (1..{self.slots}) needs the "
-                                     f"prompts in n equal blocks ({len(prompts)} prompts, slots={slots})")
-                adapters = [j for j in range(slots) for _ in range(len(prompts) // slots)]
-            if adapters is None or len(adapters) != len(prompts) or any(
-                    j is not None and not 0 <= j < self.slots for j in adapters):
-                raise ValueError(f"this engine holds {self.slots} adapters: pass adapters= (one slot in 0.."
-                                 f"{self.slots - 1} or None per prompt) or slots=n with the prompts in n equal blocks")
+        adapters = self.weights.rows(len(prompts), slots, adapters)
         with prefill_attention.attention_kernels():
             return self._generate(prompts, max_new_tokens, generator, capacity, session, adapters)
 
@@ -483,14 +337,11 @@ class StaticEngine:
         L = -(-max(T + max_new_tokens, capacity) // bucket) * bucket
         s = self._graph(B, L)
         if self.slots:
-            self._set_rows(s["masks"], adapters)
+            self.weights.set_rows(s["masks"], adapters)
         if seed is not None:
             # Seeded after the graph is found: capturing a new one runs warm-up steps that draw random numbers,
             # and a call must sample the same whether or not its graph was captured before.
-            if self.device.type == "cuda":
-                torch.cuda.manual_seed(seed)
-            else:
-                torch.manual_seed(seed)
+            (torch.cuda.manual_seed if self.device.type == "cuda" else torch.manual_seed)(seed)
         if self.sampling_kernel:  # the kernel's key: this call's seed, or a fresh one from the CUDA generator
             if seed is not None:
                 s["seed"].fill_(seed)

@@ -1,13 +1,13 @@
-"""The static engine's layer math: a Qwen2/Llama-style decoder layer as plain tensor functions, and the weights
-and KV bookkeeping they read (`fast_engine.StaticEngine` drives them).
+"""The static engine's layer math: a Qwen2/Llama-style decoder layer as plain tensor functions, and the KV
+bookkeeping between calls (`fast_engine.StaticEngine` drives them; `weights` holds what they read).
 
 - **Prefill** (`prefill_layer`) runs a block of new tokens through a layer (left-padded rows, or every row's
   tokens packed into one), writing their K/V into a static cache and attending over everything the row holds
   (`prefill_attention`); **decode** (`decode_layer`, or `decode_qkv` and
   `decode_out` around the Triton kernel of `decode_attention`) runs one new token per row against the cache. Both
   are pure tensor work with static shapes, so a decode step can be captured in a CUDA graph and a layer compiled.
-- **Weights** (`Fused`): q|k|v and gate|up stacked into one matmul each, rewritten from the base weight and its
-  LoRA delta; in slot mode the base weight stays, with n adapters' A stacked under it, applied per row by `linear`.
+- **Slot mode's per-row LoRA** (`linear`): in slot mode the base weight has n adapters' A stacked under it
+  (`weights.Fused`), and each row's mask keeps its own adapter's columns.
 - **KV bookkeeping between calls**: what a session already holds for a row (`reusable`), keeping a call's K/V
   for the copy's next turn (`hold`), and placing held K/V in front of new tokens (`place`).
 """
@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-GROUPS = ("qkv", "o", "gate_up", "down")
-"""A layer's sampling weights: q|k|v and gate|up stacked, o and down alone (`Fused`)."""
 
 
 def rms(x, w, eps):
@@ -35,11 +32,11 @@ def rotate(x):
 
 def linear(x, w, b=None, lora=None):
     """`F.linear`, plus, in slot mode, each row's own LoRA term. x [B, T, in]; lora (n_out, B [n*r, out],
-    mask [B, 1, n*r]) or None. In slot mode `w` [n_out + n*r, in] is the base weight with the n slots' A matrices
-    stacked under it (`Fused.make_slots`), so one matmul gives both the base output and every slot's x @ A; the
-    mask keeps only each row's own slot's r columns (all zeros for a row of the base), and one more matmul with
-    the slots' B side by side (the scale folded in) adds the rows' LoRA terms, whatever the rows' slots and
-    however many rows each has. A decode step is a chain of small kernels, so the A matmul costs its own launch
+    mask [B, 1, n*r]) or None. In slot mode `w` [n_out + n*r, in] is the base weight with the n slots' A
+    matrices stacked under it (`weights.Fused.make_slots`), so one matmul gives both the base output and every
+    slot's x @ A; the mask keeps only each row's own slot's r columns (all zeros for a row of the base), and one
+    more matmul with the slots' B side by side (the scale folded in) adds the rows' LoRA terms, whatever the rows'
+    slots and however many rows each has. A decode step is a chain of small kernels, so the A matmul costs its own launch
     more than its reads: inside the base matmul it costs neither."""
     y = F.linear(x, w, b)
     if lora is None:
@@ -49,7 +46,7 @@ def linear(x, w, b=None, lora=None):
 
 
 def split_lora(lora):
-    """A layer's four slot adapters (in `GROUPS` order) -> (q|k|v's, the other three), or (None, None)."""
+    """A layer's four slot adapters (in `weights.GROUPS` order) -> (q|k|v's, the other three), or (None, None)."""
     return (lora[0], lora[1:]) if lora is not None else (None, None)
 
 
@@ -163,108 +160,3 @@ def place(cache, held, first, count, T: int) -> None:
     inside = (rel >= 0) & (rel < count[:, None])
     index = rel.clamp(0, held.shape[3] - 1)[None, :, None, :, None].expand(layers, B, kv, T, D)
     cache[:, :, :, :T] = torch.where(inside[None, :, None, :, None], held.gather(3, index), cache[:, :, :, :T])
-
-
-class Fused:
-    """The sampling weight of one or more linear layers stacked by rows (q|k|v, gate|up), each part rewritten
-    from its base weight plus its current LoRA delta on `refresh` (live weights when there is no adapter)."""
-
-    def __init__(self, modules):
-        self.parts = []
-        for m in modules:
-            lora = hasattr(m, "base_layer") and hasattr(m, "lora_A") and len(m.lora_A) > 0
-            base = m.base_layer if lora else m
-            self.parts.append((m, base, lora))
-        bases = [b for _, b, _ in self.parts]
-        self.weight = torch.cat([b.weight.detach() for b in bases], 0).clone()  # [sum out, in]
-        has_bias = [b.bias is not None for b in bases]
-        self.bias = None
-        if any(has_bias):
-            self.bias = torch.cat([b.bias.detach() if b.bias is not None else
-                                   torch.zeros(b.weight.shape[0], device=b.weight.device, dtype=b.weight.dtype)
-                                   for b in bases]).clone()
-
-    @torch.no_grad()
-    def make_slots(self, n: int) -> None:
-        """Slot mode: room for `n` adapters, applied per row by `linear`. The weight becomes [out + n * rank, in]:
-        the base weight, then slot j's A (every part's, side by side) in rows out + j * rank ...; b [n * rank, out]
-        holds its scale * B in the same rows, each part in its own output columns (zeros elsewhere).
-
-        The base weight is frozen in a LoRA model, so the stacked weight takes over its storage: each part's base
-        layer reads a view of its rows (and its bias of the bias's), and the base is held once, not once by the
-        model and once by the engine."""
-        ranks = [m.lora_A[only_adapter(m)].weight.shape[0] for m, _, lora in self.parts if lora]
-        self.rank, self.n_out, self.b = sum(ranks), self.weight.shape[0], None
-        if not ranks:
-            if len(self.parts) == 1:  # nothing to stack: read the base's own tensor
-                self.weight = self.parts[0][1].weight.detach()
-            return
-        n_in, dev, dt = self.weight.shape[1], self.weight.device, self.weight.dtype
-        stacked = torch.zeros(self.n_out + n * self.rank, n_in, device=dev, dtype=dt)
-        stacked[:self.n_out].copy_(self.weight)
-        bias = None if self.bias is None else torch.cat([self.bias, self.bias.new_zeros(n * self.rank)])
-        self.weight, self.bias = stacked, bias
-        self.b = torch.zeros(n * self.rank, self.n_out, device=dev, dtype=dt)
-        row = 0
-        for _, base, _ in self.parts:
-            rows = base.weight.shape[0]
-            if not base.weight.requires_grad:  # frozen: adopt its storage (a trained base keeps its own)
-                base.weight.data = stacked[row:row + rows]
-                if base.bias is not None and not base.bias.requires_grad:
-                    base.bias.data = bias[row:row + rows]
-            row += rows
-
-    @torch.no_grad()
-    def store(self, slot: int) -> None:
-        """Copy the live adapter into slot `slot` (a no-op for a group without LoRA)."""
-        if self.b is None:
-            return
-        row, col = 0, slot * self.rank
-        for m, base, lora in self.parts:
-            n = base.weight.shape[0]
-            if lora:
-                name = only_adapter(m)
-                a, b = m.lora_A[name].weight, m.lora_B[name].weight  # [r, in], [out, r]
-                r = a.shape[0]
-                self.weight[self.n_out + col:self.n_out + col + r].copy_(a)
-                self.b[col:col + r, row:row + n].copy_((m.scaling[name] * b.float()).t())
-                col += r
-            row += n
-
-    def slot_lora(self, masks: dict):
-        """(the base's output width, B, the rows' mask for this group's rank) for `linear`, or None for a group
-        without LoRA."""
-        return None if self.b is None else (self.n_out, self.b, masks[self.rank])
-
-    def drop(self) -> None:
-        """Free the stacked weight until the next `refresh` (outside slot mode, where it is a copy)."""
-        self.weight = None
-
-    @torch.no_grad()
-    def refresh(self):
-        if self.weight is None:
-            bases = [b for _, b, _ in self.parts]
-            self.weight = torch.empty(sum(b.weight.shape[0] for b in bases), bases[0].weight.shape[1],
-                                      device=bases[0].weight.device, dtype=bases[0].weight.dtype)
-        row = 0
-        for m, base, lora in self.parts:
-            n = base.weight.shape[0]
-            if lora:
-                merged = base.weight.float()
-                for name in m.active_adapters:
-                    if name in m.lora_A:
-                        delta = m.lora_B[name].weight.float() @ m.lora_A[name].weight.float()
-                        merged = merged + m.scaling[name] * delta
-                self.weight[row:row + n].copy_(merged)
-            else:
-                self.weight[row:row + n].copy_(base.weight)
-            if self.bias is not None and base.bias is not None:
-                self.bias[row:row + n].copy_(base.bias)
-            row += n
-
-
-def only_adapter(module) -> str:
-    names = [n for n in module.active_adapters if n in module.lora_A]
-    if len(names) != 1:
-        raise ValueError(f"slot mode reads one active LoRA adapter per layer; this layer has {names}")
-    return names[0]
