@@ -1,6 +1,7 @@
 """Who plays each seat of the chats a training step plays: the seating of the runs one process trains.
 
-One interface, two seatings. Each step the loop calls `seat(step, active)` once (the players brought to this
+`build` makes the seating of a process's runs and the engines its players sample in. One interface, two
+seatings. Each step the loop calls `seat(step, active)` once (the players brought to this
 step), `lineup(step, draw, batches, active)` once a draw (who sits where in each chat, and the sampling seed),
 and `release()` before learning (the sampler's memory):
 
@@ -24,9 +25,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from talktosolve.experiment.frozen import FrozenPartner
+from talktosolve.experiment.frozen import FrozenPartner, in_learners_engines, partner_slots
 from talktosolve.experiment.partners import lineups, partner_seats
 from talktosolve.learning import distributed
+from talktosolve.model import checkpoint
+from talktosolve.model.policy import stop_ids
+from talktosolve.sampling.factory import make_engine
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Player
 
@@ -116,6 +120,35 @@ class Shared:
         # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths) would
         # sit idle through learning; re-capturing its graphs next step costs little by comparison.
         self.engine.release()
+
+
+def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: list, params: list, rank: int = 0,
+          size: int = 1) -> tuple[Solo | Shared, list]:
+    """The seating of `runs` (one run, or several sharing the process) and the engines its players sample in,
+    one per role's model (`roles`: (name, seats) pairs, `models` their trainable models).
+
+    The partner of a LoRA run samples in the learner's own engine where it can (the base as rows with no
+    adapter, a snapshot or a finished run in slots after the learner's): one call a turn for the learner's and
+    the partner's rows, and no second copy of the model. A resumed run's partner snapshot is read back from
+    its newest checkpoint."""
+    t, shared = cfg.train, len(runs) > 1
+    partner_rows = not shared and t.partners > 0 and in_learners_engines(cfg, models[0], roles)
+    extra = partner_slots(cfg, roles) if partner_rows else {}
+    slots = {name: len(runs) if shared else (1 + extra[name] if partner_rows else 0) for name, _ in roles}
+    engines = [make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
+                           temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
+                           kind=cfg.chat.engine, slots=slots[name]) for (name, _), m in zip(roles, models)]
+    if shared:
+        return Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem), engines
+    learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if partner_rows else None)
+                for (name, seats), engine in zip(roles, engines) for seat in seats}
+    partner = None
+    if t.partners > 0:
+        partner = FrozenPartner(cfg, tokenizer, device, [(r.name, r.seats, r.model) for r in runs[0].roles],
+                                {seat: learners[seat].engine for seat in protocol.seats} if partner_rows else None)
+        if partner.snapshots and runs[0].start:
+            partner.load(checkpoint.load_snapshots(checkpoint.latest(runs[0].dir), [r.name for r in runs[0].roles]))
+    return Solo(t, protocol.seats, learners, engines, partner, partner_rows, rank, size), engines
 
 
 def _draw_key(step: int, draw: int) -> int | str:

@@ -45,9 +45,10 @@ from pathlib import Path
 import torch
 
 from talktosolve.config import RUN, Config, config_key, key_fields
-from talktosolve.experiment.frozen import FrozenPartner, in_learners_engines, partner_key, partner_slots
+from talktosolve.experiment.frozen import partner_key
 from talktosolve.experiment.pool import PoolError, training_pool
-from talktosolve.experiment.seating import Shared, Solo, swap_in
+from talktosolve.experiment.seating import build as build_seating
+from talktosolve.experiment.seating import swap_in
 from talktosolve.experiment.step import Loop, Role, Run, fmt
 from talktosolve.learning import distributed
 from talktosolve.learning.grpo import NonFiniteLoss
@@ -60,12 +61,9 @@ from talktosolve.model.policy import (
     make_trainable,
     resolve_device,
     save_policy,
-    stop_ids,
 )
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.sampling.factory import make_engine
 from talktosolve.sampling.fast_engine import StaticEngine
-from talktosolve.sampling.rollout import Player
 from talktosolve.store import read_json, truncate_jsonl, write_json
 
 
@@ -202,27 +200,9 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         if shared:
             run.weights = [p.detach().clone() for p in params]
 
-    # The partner of a LoRA run samples in the learner's own engine (the base as rows with no adapter, a
-    # snapshot or a finished run in slots after the learner's): one call a turn for the learner's and the
-    # partner's rows, and no second copy of the model.
-    partner_rows = not shared and t.partners > 0 and in_learners_engines(cfg, model, roles)
-    extra = partner_slots(cfg, roles) if partner_rows else {}
-    slots = {name: len(pending) if shared else (1 + extra[name] if partner_rows else 0) for name, _ in roles}
-    engines = [make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
-                           temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
-                           kind=cfg.chat.engine, slots=slots[name]) for (name, _), m in zip(roles, models)]
+    seating, engines = build_seating(cfg, protocol, tokenizer, device, roles, models, pending, params, rank, size)
     for m, engine in zip(models, engines):
         compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
-    # Each seat's learner (the shared one in every seat); runs sharing a process seat theirs each step.
-    learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if partner_rows else None)
-                for (name, seats), engine in zip(roles, engines) for seat in seats}
-    partner = (FrozenPartner(cfg, tokenizer, device, [(r.name, r.seats, r.model) for r in pending[0].roles],
-                             {seat: learners[seat].engine for seat in protocol.seats} if partner_rows else None)
-               if t.partners > 0 else None)
-    if partner is not None and partner.snapshots and pending[0].start:
-        partner.load(checkpoint.load_snapshots(checkpoint.latest(pending[0].dir), [r.name for r in pending[0].roles]))
-    seating = (Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem) if shared else
-               Solo(t, protocol.seats, learners, engines, partner, partner_rows, rank, size))
     loop = Loop(cfg, protocol, tokenizer, device, rank, size, params, seating, reference)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
