@@ -177,6 +177,35 @@ def test_every_folder_says_its_purpose_in_one_line():
         assert doc and len(doc.splitlines()) == 1, f"talktosolve/{name}/__init__.py: its purpose in one line"
 
 
+def picture_folders(page: str) -> dict[str, set[str]]:
+    """The modules each folder of docs/design.md's module map names: the `name/   a, b, c` lines of its text
+    block (a line under one, after its `|`, continues it)."""
+    block = page.split("## The module map", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    found: dict[str, set[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        named = re.match(r"\s+(\w+)/\s+(.*)", line)
+        more = re.match(r"\s+\|\s+(\w.*)", line)
+        if named:
+            folder, text = named.group(1), named.group(2)
+            text = text.split("  ")[0]  # what follows two spaces is another folder beside it
+        elif more and folder:
+            text = more.group(1)
+        else:
+            folder = None
+            continue
+        found.setdefault(folder, set()).update(w.strip() for w in text.split(",") if w.strip())
+    return found
+
+
+def test_the_design_docs_picture_names_every_module_of_every_folder():
+    pictured = picture_folders((PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8"))
+    for name in FOLDERS[1:]:
+        held = {path.stem for path in (PACKAGE / name).glob("*.py") if path.stem != "__init__"}
+        assert pictured.get(name) == held, (f"docs/design.md's module map, {name}/: names "
+                                            f"{sorted(pictured.get(name, ()))}, the folder holds {sorted(held)}")
+
+
 # ------------------------------------------------------------------------------------------------ the reader
 
 def test_the_reader_finds_circles_and_arrows_up_in_a_made_up_package(tmp_path):
