@@ -7,7 +7,15 @@ micro-batch settings, each with its peak memory. With `--runs N`, N runs share t
 (`train.runs_per_process`, the chat and cut arms in turn, as in the recipe): a step's parts are those of one
 shared step, every run's learning included. Prints a table and writes JSON.
 
+With `--weights MODEL` (a folder or a GGUF file of real weights) the step plays real chats, which stop where
+the model ends its messages; the stand-in rewards stay (every message is trained). Every sampling call is then
+recorded in `calls`: its rows, its limit, its decode steps (its longest row's tokens; on a GPU the engine looks
+for the end every 16 steps, so it may have run up to 15 more), and how many of its rows were still writing at
+each tenth of those steps (a row writes until its stop token; the static batch runs to its slowest row): the
+measure of what a batch that does not wait for its slowest row would save.
+
     python bench/profile_step.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out profile.json
+    python bench/profile_step.py --weights coder-1.5b.gguf --gsm8k GSM8K_DIR --runs 6 --out real.json
 """
 
 from __future__ import annotations
@@ -46,6 +54,25 @@ def timed(name, fn):
     return wrapper
 
 
+CALLS: list[dict] = []
+
+
+def recorded(generate, calls: list):
+    """`StaticEngine.generate`, recording each call's rows, limit and decode steps, and how many of its rows were
+    still writing at each tenth of those steps (the static batch decodes until its slowest row ends)."""
+    @functools.wraps(generate)
+    def wrapper(engine, prompts, max_new_tokens, *a, **k):
+        rows = generate(engine, prompts, max_new_tokens, *a, **k)
+        lengths = [len(r) for r in rows]
+        steps = max(lengths, default=0)
+        tenths = [min(steps - 1, steps * j // 10) for j in range(10)] if steps else []
+        calls.append({"rows": len(rows), "limit": max_new_tokens, "decode_steps": steps,
+                      "writing_by_tenth": [sum(n > i for n in lengths) for i in tenths],
+                      "row_share": sum(lengths) / (len(rows) * steps) if steps else 0.0})
+        return rows
+    return wrapper
+
+
 def replanned_microbatches(rows, max_tokens):
     """`learn_packing.microbatches` as it was before `prefixes.Stretches`: the growing batch planned anew (its
     packed `length`) for each row added. The same micro-batches; the baseline of the `r` variants."""
@@ -62,7 +89,7 @@ def replanned_microbatches(rows, max_tokens):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--model-dir", help="a config and tokenizer for the random-init model (not with --weights)")
     ap.add_argument("--gsm8k", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=4)
@@ -79,11 +106,16 @@ def main():
                     help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
                          "summed over its runs; no learner settings are timed")
     ap.add_argument("--layers", type=int, default=0, help="build the model with this many layers (a CPU smoke run)")
+    ap.add_argument("--weights", default="", help="real weights (a model folder or a GGUF file) instead of random "
+                                                  "ones: messages stop where the model ends them")
     ap.add_argument("--set", action="append", default=[], help="config override for the train loop, a.b=value")
     args = ap.parse_args()
+    if bool(args.model_dir) == bool(args.weights):
+        ap.error("give --model-dir (random weights of a real config) or --weights (real weights), one of the two")
 
     from transformers import AutoConfig, AutoTokenizer
 
+    import talktosolve.experiment.step as st
     import talktosolve.experiment.train as tr
     import talktosolve.learning.grpo as grpo
     import talktosolve.learning.learn_packing as learn_packing
@@ -100,17 +132,17 @@ def main():
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
     ro._encode = timed("sample/encode_views", ro._encode)
     rw.score_chats = timed("grade", rw.score_chats)
-    fe.StaticEngine.generate = timed("sample/generate", fe.StaticEngine.generate)
+    fe.StaticEngine.generate = timed("sample/generate", recorded(fe.StaticEngine.generate, CALLS))
     fe.StaticEngine._read = timed("sample/generate/prefill", fe.StaticEngine._read)
     fe.StaticEngine._prefill_runs = timed("sample/generate/prefill/shared_runs", fe.StaticEngine._prefill_runs)
     fe.StaticEngine._graph = timed("sample/generate/graph_lookup_or_capture", fe.StaticEngine._graph)
     fe.StaticEngine.refresh = timed("sample/generate/refresh", fe.StaticEngine.refresh)
     fl.hold = timed("sample/generate/hold", fl.hold)
     fl.place = timed("sample/generate/place", fl.place)
-    tr.play_chats = timed("sample", tr.play_chats)
-    tr.step_metrics = timed("metrics", tr.step_metrics)
-    tr.append_jsonl = timed("write_logs", tr.append_jsonl)
-    tr.checkpoint.save = timed("checkpoint", tr.checkpoint.save)
+    st.play_chats = timed("sample", st.play_chats)
+    st.step_metrics = timed("metrics", st.step_metrics)
+    st.append_jsonl = timed("write_logs", st.append_jsonl)
+    st.checkpoint.save = timed("checkpoint", st.checkpoint.save)
 
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "torch": torch.__version__, "steps": [], "variants": []}
@@ -199,19 +231,24 @@ def main():
         print(kernel_table)
         return out
 
-    tr.grpo_update = learn
+    st.grpo_update = learn
 
-    tok = AutoTokenizer.from_pretrained(args.model_dir)
-    config = AutoConfig.from_pretrained(args.model_dir)
-    if args.layers:
-        config.num_hidden_layers = args.layers
-        config.layer_types = config.layer_types[:args.layers]
+    if args.model_dir:
+        tok = AutoTokenizer.from_pretrained(args.model_dir)
+        config = AutoConfig.from_pretrained(args.model_dir)
+        if args.layers:
+            config.num_hidden_layers = args.layers
+            config.layer_types = config.layer_types[:args.layers]
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res["gpu"] = torch.cuda.get_device_name() if dev == "cuda" else "none"
+    res["weights"] = args.weights or "random"
     with tempfile.TemporaryDirectory() as tmp:
-        save_random_model(config, tok, f"{tmp}/model", dev)
-        over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
-                "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}}
+        if args.weights:
+            over = {"model": {"name_or_path": args.weights}}
+        else:
+            save_random_model(config, tok, f"{tmp}/model", dev)
+            over = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True}}
+        over = {**over, "data": {"gsm8k": args.gsm8k}, "train": {"steps": args.steps}}
         cfg = make_config("paper", merge_overrides(over, parse_overrides(args.set)))
         train_set, _, _ = load_problems(cfg, Path(tmp) / "data")
         before = dict(TIMES)
@@ -219,7 +256,9 @@ def main():
         def on_step(row, step):
             snap = {k: v - before.get(k, 0.0) for k, v in TIMES.items()}
             before.update(TIMES)
-            res["steps"].append({"step": step, "parts": snap, **{k: v for k, v in row.items() if k.startswith("perf/")}})
+            res["steps"].append({"step": step, "parts": snap, "calls": CALLS[:],
+                                 **{k: v for k, v in row.items() if k.startswith("perf/")}})
+            CALLS.clear()
             print(f"step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(snap.items())), flush=True)
 
         if args.runs == 1:
@@ -235,6 +274,9 @@ def main():
     print(f"\nstep {last['step']} ({last['perf/seconds']:.2f} s):")
     for k, v in sorted(last["parts"].items()):
         print(f"  {k:<44}{v:8.3f} s")
+    for c in last["calls"]:
+        print(f"  generate: {c['rows']:4d} rows, limit {c['limit']:4d}, {c['decode_steps']:4d} decode steps, rows "
+              f"writing by tenth of the steps {c['writing_by_tenth']}, {c['row_share']:.2f} of the row-steps")
     for r in res["variants"]:
         print(f"  learn {r['variant']:<10} {r['seconds']:6.2f} s  {r['row_tokens_per_s']:8.0f} row tok/s  "
               f"{r['microbatches']:3d} micro-batches  plan {r['plan_s']:.3f} s  peak {r['peak_gb']:.1f} GB")
