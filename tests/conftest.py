@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,28 @@ from helpers import recipe_command, recipe_env, stage_outputs
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 GSM8K = SHARED / "data" / "gsm8k"
 QWEN = SHARED / "models" / "qwen2.5-1.5b-instruct"
+
+
+LONGEST_FIRST = ("test_real_model.py", "test_teams_recipe.py", "test_resume.py", "test_recipe.py",
+                 "test_fast_engine.py", "test_roles.py", "test_learning_options.py", "test_partners_recipe.py")
+"""The test files that take longest, run first: pytest-xdist (`-n 2 --dist loadfile`, the README's test command)
+hands each worker the next file as it finishes one, so the long ones started first end with the short ones
+rather than after them. Only the order changes: a file missing here runs in its usual place."""
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: each file keeps its own order
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # One thread per worker: the README's command runs two workers on two cores, and two threads each would
+        # only take turns. (The command line pins its own processes to one thread too: `cpu_pins`.)
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +111,7 @@ class CliRecipe:
 @pytest.fixture(scope="session")
 def tiny3_cli(tmp_path_factory) -> CliRecipe:
     """`talktosolve recipe --preset tiny-3` in a process of its own (the CPU pinned, as a user runs it), once: the
-    three-seat tests read it, and the resume test holds a killed and rerun recipe against it."""
+    three-seat tests read it, and the three-seat resume test holds a killed and rerun recipe against it."""
     out = tmp_path_factory.mktemp("tiny3-cli") / "rec"
     subprocess.run(recipe_command(out, "tiny-3"), check=True, env=recipe_env(), capture_output=True, timeout=900)
     return CliRecipe(out, json.loads((out / "results.json").read_text()), stage_outputs(out))

@@ -1,9 +1,14 @@
 """Helpers the tests share (plain functions; fixtures live in conftest.py): tiny random Qwen2 models, with or
 without a LoRA adapter, random prompts, transformers' own greedy decoding to hold the engines against, and the
-recipe command as a user runs it."""
+recipe command as a user runs it (and as `kill -9` interrupts it: `kill_and_rerun`)."""
 
+import json
 import os
+import random
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -75,3 +80,47 @@ def stage_outputs(out: Path) -> int:
     """How many stage outputs a recipe folder holds so far."""
     return sum(len(list(out.glob(pattern))) for pattern in
                ("runs/*/checkpoints/step-*", "runs/*/done.json", "evals/*/summary.json", "results.json"))
+
+
+TIME_FIELDS = {"started", "finished", "wall_seconds", "train_seconds", "gpu_seconds", "seconds"}
+
+
+def strip_times(obj):
+    if isinstance(obj, dict):
+        return {k: strip_times(v) for k, v in obj.items() if k not in TIME_FIELDS}
+    if isinstance(obj, list):
+        return [strip_times(v) for v in obj]
+    return obj
+
+
+def kill_and_rerun(out: Path, preset: str, n_kills: int, ref: Path, results: dict, total: int) -> None:
+    """Run `preset` into `out`, `kill -9` it `n_kills` times at moments spread over the whole run, rerun it to the
+    end, and hold its results.json and logs to the uninterrupted run's (`ref`, its `results`, `total` stage
+    outputs)."""
+    want = strip_times(results)
+    rng = random.Random(0)
+    kills = 0
+    # Kill at moments spread over the whole run (start-up, training, evaluation, report), then let it finish.
+    for target in sorted(rng.sample(range(0, total - 2), n_kills)):
+        proc = subprocess.Popen(recipe_command(out, preset), env=recipe_env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        while proc.poll() is None and stage_outputs(out) <= target:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    done = subprocess.run(recipe_command(out, preset), env=recipe_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = strip_times(json.loads((out / "results.json").read_text()))
+    print(f"\nresume: {kills} kill -9s survived; results.json identical to the uninterrupted run")
+    assert kills == n_kills
+    differ = sorted(k for k in want["evals"] if got["evals"][k] != want["evals"][k])
+    sums = {r.name: (json.loads((ref / "runs" / r.name / "done.json").read_text())["weights_checksum"],
+                     json.loads((r / "done.json").read_text())["weights_checksum"]) for r in (out / "runs").iterdir()}
+    assert got == want, f"evaluations that differ: {differ}; weights (uninterrupted, resumed): {sums}"
+    # And the logs hold each step exactly once.
+    for run in (out / "runs").iterdir():
+        steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert steps == sorted(set(steps))

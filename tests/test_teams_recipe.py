@@ -1,11 +1,13 @@
 """The three-seat recipe end to end (`tiny-3`: seats A, B, C; turns A, B, C, A, B, C; arms chat, cut, full on the
 micro-teams base): schema-valid results with every seat, arm and comparison; transcripts that follow the protocol
-and the arms' deals; the report; a rerun that skips everything."""
+and the arms' deals; the report; a rerun that skips everything; and a run killed anywhere (`kill -9`) and rerun
+that ends as the uninterrupted one."""
 
 import json
 import shutil
 
 import pytest
+from helpers import kill_and_rerun
 
 from talktosolve.cli import main
 from talktosolve.experiment.results import find_eval, validate_results
@@ -82,3 +84,8 @@ def test_influence_covers_every_listener_of_three_seats(run):
     # Turn 2 (C) is heard by A and B before their finals; turn 4 (B) only by C.
     assert {(2, "C", "A"), (2, "C", "B"), (4, "B", "C")} <= pairs and not any(t == 5 for t, _, _ in pairs)
     assert results["checks"]["cut_influence_zero"] is True
+
+
+def test_three_seats_kill_anywhere_and_rerun_gives_the_same_results(tmp_path, tiny3_cli):
+    """The suite's own run of the three-seat recipe is the uninterrupted reference."""
+    kill_and_rerun(tmp_path / "killed", "tiny-3", 2, tiny3_cli.out, tiny3_cli.results, tiny3_cli.stages)
