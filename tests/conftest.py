@@ -22,9 +22,10 @@ QWEN = SHARED / "models" / "qwen2.5-1.5b-instruct"
 
 LONGEST_FIRST = ("test_real_model.py", "test_teams_recipe.py", "test_resume.py", "test_recipe.py",
                  "test_fast_engine.py", "test_roles.py", "test_learning_options.py", "test_partners_recipe.py")
-"""The test files that take longest, run first: pytest-xdist (`-n 2 --dist loadfile`, the README's test command)
+"""The test files that take longest, run first: pytest-xdist (`-n 3 --dist loadfile`, the README's test command)
 hands each worker the next file as it finishes one, so the long ones started first end with the short ones
-rather than after them. Only the order changes: a file missing here runs in its usual place."""
+rather than after them (xdist's own order, by the number of tests in a file, is turned off in
+`pytest_configure`). Only the order changes: a file missing here runs in its usual place."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,6 +34,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep LONGEST_FIRST's order of the files
+        config.option.loadscopereorder = False
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # One thread per worker: the README's command runs two workers on two cores, and two threads each would
         # only take turns. (The command line pins its own processes to one thread too: `cpu_pins`.)
