@@ -1,6 +1,6 @@
 """Who plays each seat of the chats a training step plays: the seating of the runs one process trains.
 
-`build` makes the seating of a process's runs and the engines its players sample in. One interface, two
+`build` makes the seating of a process's runs, with the engines its players sample in. One interface, two
 seatings. Each step the loop calls `seat(step, active)` once (the players brought to this
 step), `lineup(step, draw, batches, active)` once a draw (who sits where in each chat, and the sampling seed),
 and `release()` before learning (the sampler's memory):
@@ -29,7 +29,7 @@ from talktosolve.experiment.frozen import FrozenPartner, in_learners_engines, pa
 from talktosolve.experiment.partners import lineups, partner_seats
 from talktosolve.learning import distributed
 from talktosolve.model import checkpoint
-from talktosolve.model.policy import stop_ids
+from talktosolve.model.policy import compile_layers, stop_ids
 from talktosolve.sampling.factory import make_engine
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Player
@@ -123,9 +123,10 @@ class Shared:
 
 
 def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: list, params: list, rank: int = 0,
-          size: int = 1) -> tuple[Solo | Shared, list]:
-    """The seating of `runs` (one run, or several sharing the process) and the engines its players sample in,
-    one per role's model (`roles`: (name, seats) pairs, `models` their trainable models).
+          size: int = 1) -> Solo | Shared:
+    """The seating of `runs` (one run, or several sharing the process), with the engines its players sample in,
+    one per role's model (`roles`: (name, seats) pairs, `models` their trainable models, whose layers are compiled
+    here where the engine is the static one: `policy.compile_layers`).
 
     The partner of a LoRA run samples in the learner's own engine where it can (the base as rows with no
     adapter, a snapshot or a finished run in slots after the learner's): one call a turn for the learner's and
@@ -138,8 +139,10 @@ def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: lis
     engines = [make_engine(m, stop_ids=stop_ids(tokenizer, m), pad_id=tokenizer.pad_token_id,
                            temperature=cfg.chat.temperature, force_max_length=cfg.chat.force_max_length,
                            kind=cfg.chat.engine, slots=slots[name]) for (name, _), m in zip(roles, models)]
+    for m, engine in zip(models, engines):  # before a frozen partner copies the model
+        compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
     if shared:
-        return Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem), engines
+        return Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem)
     learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if partner_rows else None)
                 for (name, seats), engine in zip(roles, engines) for seat in seats}
     partner = None
@@ -148,7 +151,7 @@ def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: lis
                                 {seat: learners[seat].engine for seat in protocol.seats} if partner_rows else None)
         if partner.snapshots and runs[0].start:
             partner.load(checkpoint.load_snapshots(checkpoint.latest(runs[0].dir), [r.name for r in runs[0].roles]))
-    return Solo(t, protocol.seats, learners, engines, partner, partner_rows, rank, size), engines
+    return Solo(t, protocol.seats, learners, engines, partner, partner_rows, rank, size)
 
 
 def _draw_key(step: int, draw: int) -> int | str:

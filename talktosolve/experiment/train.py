@@ -54,7 +54,6 @@ from talktosolve.learning import distributed
 from talktosolve.learning.grpo import NonFiniteLoss
 from talktosolve.model import checkpoint
 from talktosolve.model.policy import (
-    compile_layers,
     enable_gradient_checkpointing,
     load_base,
     load_tokenizer,
@@ -63,7 +62,6 @@ from talktosolve.model.policy import (
     save_policy,
 )
 from talktosolve.protocol import Protocol, protocol_of
-from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.store import read_json, truncate_jsonl, write_json
 
 
@@ -200,9 +198,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
         if shared:
             run.weights = [p.detach().clone() for p in params]
 
-    seating, engines = build_seating(cfg, protocol, tokenizer, device, roles, models, pending, params, rank, size)
-    for m, engine in zip(models, engines):
-        compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
+    seating = build_seating(cfg, protocol, tokenizer, device, roles, models, pending, params, rank, size)
     loop = Loop(cfg, protocol, tokenizer, device, rank, size, params, seating, reference)
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
