@@ -113,7 +113,7 @@ def cmd_train(args) -> int:
         loggers = _loggers(args, out)
     from talktosolve.experiment.train import train
 
-    train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=loggers)
+    train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=loggers, pool_dir=args.pool)
     from talktosolve.learning.distributed import world
 
     if world()[0] == 0:
@@ -298,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training seed: which problems each step plays and the sampler's random numbers "
                         "(default: %(default)s)")
     p.add_argument("--out", required=True, type=checked(check_output, kind="run"), help="run folder")
+    p.add_argument("--pool", type=Path, default=None,
+                   help="with train.pool_chats: the folder of the training pool's pre-pass, shared by every run of "
+                        "an arm (default: OUT/pool)")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a team (who plays each seat) on held-out problems")

@@ -172,6 +172,20 @@ def test_parallel_runs_train_in_separate_processes(tiny_model_dir, tmp_path):
     validate_results(json.loads((out / "results.json").read_text()))
 
 
+def test_parallel_runs_read_each_arms_training_pool_from_the_recipe_folder(tmp_path):
+    """The pre-pass is played once, into the recipe's pool/, not once per training process into its run folder
+    (the micro base: the tiny model never solves a problem, and a pool needs problems the team solved)."""
+    out = tmp_path / "rec"
+    sets = ["parallel_runs=2", "arms=chat", "seeds=0,1", "train.steps=1", "train.pool_chats=2", "eval.n_problems=8",
+            "data.n_train=32", "eval.cross_seed=false"]
+    assert main(["recipe", "--preset", "tiny", "--out", str(out), "--quiet",
+                 *[arg for s in sets for arg in ("--set", s)]]) == 0
+    assert len((out / "pool" / "chat" / "chats.jsonl").read_text().splitlines()) == 32 * 2
+    assert not list((out / "runs").glob("*/pool")), "a training process played its own pre-pass"
+    for name in ("chat-s0", "chat-s1"):
+        assert (out / "runs" / name / "done.json").exists()
+
+
 def test_one_arm_recipe_has_a_null_comparison_and_a_report(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "rec"
     assert recipe(tiny_model_dir, out, "arms=chat", "seeds=0", "train.steps=1") == 0

@@ -75,7 +75,7 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
 
     lines = trained_lines(cfg)
     if cfg.parallel_runs > 1:
-        train_in_parallel(lines, cfg, out)
+        train_in_parallel(lines, cfg, out, train_set, progress)
     elif cfg.train.runs_per_process > 1:
         k = cfg.train.runs_per_process
         # Fixed groups: a rerun resumes the same. The arms' runs group as they did before variants existed.
@@ -176,13 +176,14 @@ def found_done(cfg: Config, out: Path, protocol: Protocol) -> str:
     return text
 
 
-def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
+def train_in_parallel(lines: list[Line], cfg: Config, out: Path, train_set: list, progress: bool) -> None:
     """Train the lines' pending runs `cfg.parallel_runs` at a time, each a `talktosolve train` process.
 
     Each process resumes or skips its run exactly as the sequential path would (same config, same folder), so
     the recipe's own loop then finds every run done. Each of the `parallel_runs` slots holds one process at a
     time; on a multi-GPU host slot k sees only GPU k mod count, so concurrent runs never share a GPU when there
-    are enough of them.
+    are enough of them. With a training pool, each arm's pre-pass is played here first, into the recipe's
+    `pool/`, and every process reads it from there (as the sequential path does).
     """
     import os
     import queue
@@ -198,6 +199,13 @@ def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
                if not is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s)]
     if not pending:
         return
+    from talktosolve.experiment.pool import PoolError, training_pool
+
+    for line in {line.arm: line for line, _ in pending}.values():
+        try:
+            training_pool(line.cfg, line.arm, train_set, out / "pool", progress=progress)
+        except PoolError as e:
+            raise TrainingError(str(e)) from None
     config_files = {}
     for line in {line.name: line for line, _ in pending}.values():
         config_files[line.name] = out / ("train_config.json" if line.name == line.arm
@@ -218,7 +226,7 @@ def train_in_parallel(lines: list[Line], cfg: Config, out: Path) -> None:
                 env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.parallel_runs))
             cmd = [sys.executable, "-m", "talktosolve.cli", "train", "--preset", str(config_files[line.name]),
                    "--arm", line.arm, "--seed", str(seed), "--out", str(out / "runs" / run_name(line.name, seed)),
-                   "--quiet"]
+                   "--pool", str(out / "pool"), "--quiet"]
             return subprocess.run(cmd, env=env).returncode == 0
         finally:
             slots.put(slot)
