@@ -37,8 +37,8 @@ def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep LONGEST_FIRST's order of the files
         config.option.loadscopereorder = False
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # One thread per worker: the README's command runs two workers on two cores, and two threads each would
-        # only take turns. (The command line pins its own processes to one thread too: `cpu_pins`.)
+        # One thread per worker: the README's command runs three workers on two cores, and more threads each
+        # would only take turns. (The command line pins its own processes to one thread too: `cpu_pins`.)
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch
 

@@ -201,13 +201,12 @@ def train_in_parallel(lines: list[Line], cfg: Config, out: Path, train_set: list
         return
     from talktosolve.experiment.pool import PoolError, training_pool
 
-    for line in {line.arm: line for line, _ in pending}.values():
-        try:
+    config_files = {}
+    for line in {line.name: line for line, _ in pending}.values():
+        try:  # each line's own config (a pre-pass another line of its arm played is read, not played again)
             training_pool(line.cfg, line.arm, train_set, out / "pool", progress=progress)
         except PoolError as e:
             raise TrainingError(str(e)) from None
-    config_files = {}
-    for line in {line.name: line for line, _ in pending}.values():
         config_files[line.name] = out / ("train_config.json" if line.name == line.arm
                                          else f"train_config-{line.name}.json")
         write_json(config_files[line.name], line.cfg.to_dict())
