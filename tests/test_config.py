@@ -116,3 +116,16 @@ def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records
     overrides.setdefault("data", {})["gsm8k"] = dict(flags)["--gsm8k"]
     assert dict(flags)["--preset"] == run.pop("preset")
     assert json.loads(json.dumps(make_config(dict(flags)["--preset"], overrides).to_dict())) == run
+
+
+def test_every_built_in_preset_is_a_valid_config_and_listed_in_the_cli_reference():
+    from talktosolve.config import preset_names
+
+    names = preset_names()
+    assert "micro-weak-stable" in names
+    for name in names:
+        make_config(name)  # raises ConfigError on an invalid preset
+    listed = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    line = next(line for line in listed.splitlines() if "talktosolve recipe --preset" in line)
+    shown = line.split("--preset ", 1)[1].split("`", 1)[0].replace("\\|", "|").split("|")
+    assert shown == names, "docs/cli.md's `recipe --preset` list must name the built-in presets, sorted"
