@@ -123,6 +123,17 @@ def test_learning_is_a_reward_that_rose_and_held():
     assert names(verdict(figures([0.05, 0.30, 0.40, 0.36])))[0] == "learning"
 
 
+def test_from_a_weak_start_a_doubling_by_more_than_the_noise_is_learning():
+    # micro-weak-stable's seed 0: from 0.041 to 0.123, a rise under 0.10 but three times where it started
+    v = verdict(figures([0.041, 0.066, 0.091, 0.123], signal=0.43, last={"tokens": [7, 7, 10, 15], "boxed": 0.88}))
+    assert names(v) == ("learning", ["guessed finals"])
+    # a doubling within the noise, or a rise under 0.10 from a start that is not weak, is not
+    assert names(verdict(figures([0.02, 0.03, 0.04, 0.045])))[0] == "stalled"
+    v = verdict(figures([0.054, 0.08, 0.10, 0.113]))
+    assert names(v)[0] == "stalled" and "(from under" not in v["why"]
+    assert "(from under 0.05: under 2x or 0.05)" in verdict(figures([0.02, 0.03, 0.04, 0.045]))["why"]
+
+
 def test_learned_then_lost_is_a_best_span_well_above_the_last():
     v = verdict(figures([0.066, 0.157, 0.174, 0.077], signal=0.37))
     assert names(v) == ("learned then lost", [])

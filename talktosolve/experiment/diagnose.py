@@ -86,7 +86,12 @@ NOISE = 0.05
 whose mean team reward moves by 0.02-0.03 from one span to the next without any learning."""
 
 LEARNING_GAIN = 0.10
-"""`learning`: the last span's mean reward is at least this much above the first span's (twice `NOISE`)."""
+"""`learning`: the last span's mean reward is at least this much above the first span's (twice `NOISE`) ..."""
+
+LEARNING_RATIO = 2.0
+"""... or, from a weak start (a first span under `NOISE`: a team right fewer than 5 times in 100), at least this
+many times the first span's and `NOISE` above it. From 0.03, a rise of `LEARNING_GAIN` would ask the team to
+more than quadruple; doubling by `NOISE` or more is already more than chance moves a span."""
 
 KEPT_SHARE = 0.5
 """A run whose best span rose `NOISE` or more above its first and whose last span fell `NOISE` or more below its
@@ -172,9 +177,16 @@ def learned_then_lost(run: dict) -> str | None:
             f"{last['reward']:.3f} in {_steps(last)}")
 
 
+def _rose(first: float, last: float) -> bool:
+    """The reward rose by more than chance: by `LEARNING_GAIN`, or from a weak start by a factor of
+    `LEARNING_RATIO` and at least `NOISE`."""
+    gain = last - first
+    return gain >= LEARNING_GAIN or (first < NOISE and gain >= NOISE and last >= LEARNING_RATIO * first)
+
+
 def learning(run: dict) -> str | None:
     path = _reward_path(run)
-    if path is None or _lost(run) or path[2]["reward"] - path[0]["reward"] < LEARNING_GAIN:
+    if path is None or _lost(run) or not _rose(path[0]["reward"], path[2]["reward"]):
         return None
     first, _, last = path
     signal = "" if first["signal"] is None or last["signal"] is None else \
@@ -210,8 +222,9 @@ def no_signal(run: dict) -> str | None:
 def stalled(run: dict) -> str | None:
     first, _, last = _reward_path(run)
     signal = "" if run.get("signal") is None else f"; {_pct(run['signal'])} of groups had a signal over the run"
+    weak = f" (from under {NOISE:.2f}: under {LEARNING_RATIO:.0f}x or {NOISE:.2f})" if first["reward"] < NOISE else ""
     return (f"reward {first['reward']:.3f} in {_steps(first)} and {last['reward']:.3f} in {_steps(last)}, a rise "
-            f"under {LEARNING_GAIN:.2f}{signal}")
+            f"under {LEARNING_GAIN:.2f}{weak}{signal}")
 
 
 RULES = [("too short", too_short), ("collapsed messages", collapsed_messages),
@@ -223,7 +236,7 @@ that stopped answering), then how the reward went where it moved (lost, learning
 (what a run that did not learn shows), then the missing signal they leave behind."""
 
 FALLBACK = ("stalled", stalled)
-"""The verdict when no rule holds: the reward did not move by `LEARNING_GAIN`, though enough groups carried a
+"""The verdict when no rule holds: the reward did not rise as `learning` asks, though enough groups carried a
 signal."""
 
 
