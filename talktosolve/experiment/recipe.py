@@ -193,20 +193,16 @@ def train_in_parallel(lines: list[Line], cfg: Config, out: Path, train_set: list
 
     import torch
 
-    from talktosolve.experiment.train import TrainingError, is_done
+    from talktosolve.experiment.train import TrainingError, is_done, training_pools
 
     pending = [(line, s) for line in lines for s in cfg.seeds
                if not is_done(out / "runs" / run_name(line.name, s), line.cfg, line.arm, s)]
     if not pending:
         return
-    from talktosolve.experiment.pool import PoolError, training_pool
-
     config_files = {}
     for line in {line.name: line for line, _ in pending}.values():
-        try:  # each line's own config (a pre-pass another line of its arm played is read, not played again)
-            training_pool(line.cfg, line.arm, train_set, out / "pool", progress=progress)
-        except PoolError as e:
-            raise TrainingError(str(e)) from None
+        # Each line's own config (a pre-pass another line of its arm played is read, not played again).
+        training_pools(line.cfg, [line.arm], train_set, out / "pool", progress)
         config_files[line.name] = out / ("train_config.json" if line.name == line.arm
                                          else f"train_config-{line.name}.json")
         write_json(config_files[line.name], line.cfg.to_dict())

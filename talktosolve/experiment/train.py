@@ -69,6 +69,15 @@ class TrainingError(RuntimeError):
     """Training stopped; the message says why and what is kept."""
 
 
+def training_pools(cfg: Config, arms: list[str], problems: list, pool_dir: Path, progress: bool) -> dict[str, list]:
+    """Each arm's training problems (`pool.training_pool`: all of them, or its pool, played once into
+    `pool_dir/{arm}/` and read from there after), by arm; a pool too small fails as a `TrainingError`."""
+    try:
+        return {arm: training_pool(cfg, arm, problems, pool_dir, progress=progress) for arm in dict.fromkeys(arms)}
+    except PoolError as e:
+        raise TrainingError(str(e)) from None
+
+
 def run_config(cfg: Config, arm: str, seed: int) -> dict:
     """What determines a training run's outputs: the config fields that declare themselves part of a run's key
     (`config.RUN`: the model, data, chat and train sections, each setting added since only when used), the arm and
@@ -155,11 +164,8 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     if size > 1 and (t.dynamic_sampling or t.pool_chats):
         raise TrainingError("train.dynamic_sampling and train.pool_chats run in a single process; launch without "
                             "torchrun, or turn them off.")
-    try:
-        pools = {arm: training_pool(cfg, arm, problems, Path(pool_dir or pending[0].dir / "pool"), progress=progress)
-                 for arm in dict.fromkeys(run.arm for run in pending)}
-    except PoolError as e:
-        raise TrainingError(str(e)) from None
+    pools = training_pools(cfg, [run.arm for run in pending], problems, Path(pool_dir or pending[0].dir / "pool"),
+                           progress)
     for run in pending:
         run.problems = pools[run.arm]
     main = rank == 0
