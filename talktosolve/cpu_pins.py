@@ -1,4 +1,6 @@
-"""One numeric path for CPU runs, so that a CPU run's figures repeat bit for bit on any x86-64 CPU with AVX2.
+"""One numeric path for CPU runs, so that a CPU run's figures repeat bit for bit whatever the machine's cores and
+instruction set. Measured to hold across AVX-512, AVX2 and SSE4.2 settings of one Intel Xeon; not across makers:
+on an AMD EPYC, chat runs part late in training from a record made on that Xeon (so `record` names the processor).
 
 Left alone, torch picks its CPU kernels by the instruction set (AVX-512 where there is one), MKL picks its matrix
 products by the processor (its model and its maker), and a sum split over threads adds in an order their count
@@ -90,9 +92,29 @@ def late() -> str | None:
             "runs anything (results.json's run.cpu records what ran)")
 
 
+def processor() -> dict:
+    """The CPU this process runs on: its maker and model as the OS names them, and whether it has AVX-512 (which
+    the pins keep torch from using). Pinned runs repeat bit for bit on one machine; across machines they have
+    parted late in training, so a record names the machine its figures came from."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+            if not line.strip():  # the first processor's block is enough
+                break
+    except OSError:  # not Linux
+        pass
+    flags = info.get("flags", "").split()
+    return {"vendor": info.get("vendor_id") or platform.system(),
+            "model": info.get("model name") or platform.processor() or platform.machine(),
+            "avx512": "avx512f" in flags if flags else None}
+
+
 def record() -> dict:
-    """What ran, for results.json (`run.cpu`): the pins' variables as set, when they were set, torch's threads."""
+    """What ran, for results.json (`run.cpu`): the pins' variables as set, when they were set, torch's threads,
+    the processor."""
     import torch
 
     return {"pins": {name: os.environ.get(name) for name in PINS}, "pinned": _when or "no",
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "processor": processor()}

@@ -78,6 +78,7 @@ def test_results_record_the_pins_and_threads(monkeypatch):
         assert facts["cpu"] == record()
         assert facts["cpu"]["threads"] == 1 and facts["cpu"]["pinned"] == "after torch was imported"
         assert facts["cpu"]["pins"]["OMP_NUM_THREADS"] == "1"
+        assert facts["cpu"]["processor"]["model"] and facts["cpu"]["processor"]["vendor"]
         if X86:
             assert facts["cpu"]["pins"] == PINS
     finally:

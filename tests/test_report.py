@@ -374,6 +374,17 @@ def test_report_shows_the_paper_run(results, tmp_path):
     assert "312.457 s" in md
 
 
+def test_report_names_the_cpu_a_run_ran_on(results, tmp_path):
+    """Pinned CPU figures can differ across processor makers, so the Run table names the machine when recorded."""
+    res = copy.deepcopy(results)
+    res["run"]["cpu"] = {"pins": {"OMP_NUM_THREADS": "1"}, "pinned": "before torch was imported", "threads": 1,
+                         "processor": {"vendor": "AuthenticAMD", "model": "AMD EPYC", "avx512": True}}
+    validate_results(res)
+    write_report(res, tmp_path)
+    assert "| CPU | AuthenticAMD AMD EPYC, AVX-512; 1 thread(s); pins OMP_NUM_THREADS=1" in \
+        (tmp_path / "report.md").read_text(encoding="utf-8")
+
+
 def test_report_of_three_seats_names_every_seat():
     r = _round_trip(make_results(protocol=THREE))
     md = render_markdown(r)

@@ -139,7 +139,9 @@ def _cpu_text(cpu: dict | None) -> str:
     if not cpu:
         return NONE
     pins = ", ".join(f"{k}={v}" for k, v in cpu["pins"].items() if v is not None) or "none"
-    return f"{cpu['threads']} thread(s); pins {pins} (set {cpu['pinned']})"
+    where = cpu.get("processor")  # newer results: the machine, since pinned figures can differ across makers
+    machine = f"{where['vendor']} {where['model']}{', AVX-512' if where['avx512'] else ''}; " if where else ""
+    return f"{machine}{cpu['threads']} thread(s); pins {pins} (set {cpu['pinned']})"
 
 
 def _protocol_text(protocol: dict) -> str:
