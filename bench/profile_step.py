@@ -16,6 +16,9 @@ measure of what a batch that does not wait for its slowest row would save.
 
     python bench/profile_step.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out profile.json
     python bench/profile_step.py --weights coder-1.5b.gguf --gsm8k GSM8K_DIR --runs 6 --out real.json
+    python bench/profile_step.py --weights coder-1.5b.gguf --gsm8k GSM8K_DIR --runs 6 --whole-batches --out whole.json
+
+`--whole-batches` keeps every call's batch whole to its end (no `compaction`): the form to compare against.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def main():
     ap.add_argument("--weights", default="", help="real weights (a model folder or a GGUF file) instead of random "
                                                   "ones: messages stop where the model ends them")
     ap.add_argument("--set", action="append", default=[], help="config override for the train loop, a.b=value")
+    ap.add_argument("--whole-batches", action="store_true",
+                    help="never move a call's rows into a smaller batch (`compaction`): the form before it")
     args = ap.parse_args()
     if bool(args.model_dir) == bool(args.weights):
         ap.error("give --model-dir (random weights of a real config) or --weights (real weights), one of the two")
@@ -129,6 +134,10 @@ def main():
     from talktosolve.task.tasks import load_problems
 
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
+    if args.whole_batches:
+        import talktosolve.sampling.compaction as compaction
+
+        compaction.bucket = lambda *a: None
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
     ro._encode = timed("sample/encode_views", ro._encode)
     rw.score_chats = timed("grade", rw.score_chats)
@@ -242,6 +251,7 @@ def main():
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res["gpu"] = torch.cuda.get_device_name() if dev == "cuda" else "none"
     res["weights"] = args.weights or "random"
+    res["whole_batches"] = args.whole_batches
     with tempfile.TemporaryDirectory() as tmp:
         if args.weights:
             over = {"model": {"name_or_path": args.weights}}

@@ -24,7 +24,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
                experiment
     worlds:    task.tasks micro.task micro.prompts micro.script micro.tokenizer
     kernels:   sampling.decode_attention sampling.decode_sampling sampling.fast_layers sampling.prefill_attention
-               learning.learn_packing
+               sampling.compaction learning.learn_packing
     model:     model.policy model.checkpoint
     bases:     micro micro.base micro.teams model.smollm2 talktosolve
     sampling:  sampling.engine sampling.weights sampling.fast_engine sampling.factory sampling.rollout

@@ -12,9 +12,11 @@ chip idle at small batches. Hence this kernel:
 It makes a decode step a few percent faster than the eager passes or the compiled reduction
 (docs/performance.md#decode).
 
-The random numbers are keyed by (seed + step) and counted by the flat index b * V + j: `seed` and `step` are
-one-element device tensors that the engine sets once a call and a CUDA graph advances at every replay, so a
-seeded call samples the same whether its graph was captured before or not, and every step draws afresh.
+The random numbers are keyed by (seed + step) and counted by the flat index r * V + j, where r is the row's
+place in the call (`rows`; by default its place in the batch): `seed` and `step` are one-element device tensors
+that the engine sets once a call and a CUDA graph advances at every replay, so a seeded call samples the same
+whether its graph was captured before or not, and every step draws afresh; and a row draws the same numbers when
+the engine has moved it into a smaller batch (`compaction`).
 U = 0 gives G = -inf (never picked). `available()` is False without Triton or off CUDA; the engine then samples
 with torch's generator (`sample_eager`; also where it records each token's log-prob, or decodes greedily).
 """
@@ -42,7 +44,7 @@ def available(device: torch.device) -> bool:
 if triton is not None:
 
     @triton.jit
-    def _gumbel_partial(logits, seed, step, best_out, where_out, V, stride_row, inv_t,
+    def _gumbel_partial(logits, seed, step, rows, best_out, where_out, V, stride_row, inv_t,
                  N_SPLIT: tl.constexpr, CHUNK: tl.constexpr):
         b = tl.program_id(0)
         split = tl.program_id(1)
@@ -50,7 +52,7 @@ if triton is not None:
         inside = cols < V
         z = tl.load(logits + b * stride_row + cols, mask=inside, other=0.0).to(tl.float32)
         key = tl.load(seed) + tl.load(step)  # int64: one Philox key per (call, step)
-        u = tl.rand(key, b * V + cols)  # [CHUNK] in [0, 1)
+        u = tl.rand(key, tl.load(rows + b).to(tl.int32) * V + cols)  # [CHUNK] in [0, 1)
         score = tl.where(inside, z * inv_t - tl.log(-tl.log(u)), float("-inf"))
         best = tl.max(score, 0)
         where = tl.argmax(score, 0)
@@ -66,11 +68,14 @@ if triton is not None:
         tl.store(out + b, tl.load(where_in + b * N_SPLIT + first).to(tl.int64))
 
 
-def sample(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: torch.Tensor, *,
-           chunk: int = CHUNK, num_warps: int = NUM_WARPS) -> torch.Tensor:
-    """logits [B, V] (any float dtype, last dimension contiguous); seed, step: int64 [1] on the same device.
-    Returns the sampled token of every row [B] (int64). A fixed grid: graph-capturable."""
+def sample(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: torch.Tensor,
+           rows: torch.Tensor | None = None, *, chunk: int = CHUNK, num_warps: int = NUM_WARPS) -> torch.Tensor:
+    """logits [B, V] (any float dtype, last dimension contiguous); seed, step: int64 [1] on the same device;
+    rows: int64 [B], each row's place in the call, which keys its random numbers (None: 0..B-1). Returns the
+    sampled token of every row [B] (int64). A fixed grid: graph-capturable."""
     B, V = logits.shape
+    if rows is None:
+        rows = torch.arange(B, device=logits.device)
     if logits.stride(-1) != 1:
         raise ValueError("sample needs the logits' last dimension contiguous")
     if temperature <= 0:
@@ -80,7 +85,7 @@ def sample(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: t
     n_split = triton.cdiv(V, chunk)
     best = torch.empty(B, n_split, device=logits.device, dtype=torch.float32)
     where = torch.empty(B, n_split, device=logits.device, dtype=torch.int32)
-    _gumbel_partial[(B, n_split)](logits, seed, step, best, where, V, logits.stride(0), 1.0 / temperature,
+    _gumbel_partial[(B, n_split)](logits, seed, step, rows, best, where, V, logits.stride(0), 1.0 / temperature,
                            N_SPLIT=n_split, CHUNK=chunk, num_warps=num_warps)
     out = torch.empty(B, device=logits.device, dtype=torch.long)
     _gumbel_combine[(B,)](best, where, out, N_SPLIT=n_split, N_PAD=max(2, triton.next_power_of_2(n_split)))

@@ -1,42 +1,42 @@
 """A fast sampler for CUDA: static KV cache, the whole decode step in one CUDA graph, exact LoRA weights.
 
 Same contract as `talktosolve.sampling.engine.Engine` (ids in, ids out, plain temperature sampling), built for the
-paper preset's shape, where stock `generate` is launch-bound (docs/performance.md#decode compares them). What
-it does:
+paper preset's shape, where stock `generate` is launch-bound (docs/performance.md#decode compares them). What it does:
 
-- **Its own forward over the model's weights.** A Qwen2/Llama-style decoder (RMSNorm, rotary attention with
-  grouped KV heads, SwiGLU MLP) written with `torch.nn.functional` (`fast_layers`), reading the weights of the
-  transformers modules in place. transformers' forward builds masks and caches with host-side logic that a CUDA graph
-  cannot hold; this one is pure tensor work, so one decode step (embed, 28 layers, head, sampling, stop
-  bookkeeping) is captured once and replayed with a single launch.
-- **Exact adapter weights** (`weights.SamplingWeights`): per LoRA layer one buffer rewritten as
-  `W0 + scale * B @ A` from the untouched base weight before a call whose weights changed, never merged into it.
-- **Sampling inside the graph.** Gumbel-max over fp32 logits / temperature is an exact sample from
-  softmax(logits / T) (no top-k, no top-p): on CUDA in one split Triton kernel keyed by the call's seed and the
-  step (`decode_sampling`), elsewhere drawn from torch's generator.
-- **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256;
-  one graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs'
-  KV buffers are views of one pool sized for the largest shape seen, and their scratch memory is one graph pool.
+- **Its own forward over the model's weights.** A Qwen2/Llama-style decoder (RMSNorm, rotary attention with grouped KV
+  heads, SwiGLU MLP) written with `torch.nn.functional` (`fast_layers`), reading the weights of the transformers
+  modules in place. transformers' forward builds masks and caches with host-side logic that a CUDA graph cannot hold;
+  this one is pure tensor work, so one decode step (embed, 28 layers, head, sampling, stop bookkeeping) is captured
+  once and replayed with a single launch.
+- **Exact adapter weights** (`weights.SamplingWeights`): per LoRA layer one buffer rewritten as `W0 + scale * B @ A`
+  from the untouched base weight before a call whose weights changed, never merged into it.
+- **Sampling inside the graph.** Gumbel-max over fp32 logits / temperature is an exact sample from softmax(logits / T)
+  (no top-k, no top-p): on CUDA in one split Triton kernel keyed by the call's seed and the step (`decode_sampling`),
+  elsewhere drawn from torch's generator.
+- **Static shapes.** KV buffers are [layers, B, kv_heads, L, head_dim] with L rounded up to a multiple of 256; one
+  graph per (B, L) is captured on first use and kept (a few per run: the four turns' lengths). All graphs' KV buffers
+  are views of one pool sized for the largest shape seen, and their scratch memory is one graph pool.
 
-Prefill (the prompt) runs without a graph through the same layer math. On CUDA the decode layer and prefill's
-blocks around attention are compiled (`torch.compile` fuses the small element-wise kernels), decode attends through
+Prefill (the prompt) runs without a graph through the same layer math. On CUDA the decode layer and prefill's blocks
+around attention are compiled (`torch.compile` fuses the small element-wise kernels), decode attends through
 `decode_attention` (each row's own cache columns only) and prefill packs the rows' new tokens for FlashAttention
 (`prefill_attention.Packed`); elsewhere both are the portable paths (SDPA under a mask on a CPU).
 
-- **Shared runs read once.** Rows of one policy whose prompts begin with the same run of tokens (a problem's
-  chats at the first turn, and their system prompt and problem at the second) are grouped (`prefixes.plan`); each
-  group's run goes through the layers once, its K/V are copied into every member's columns, and the prefill then
-  reads only what follows, as if a session held the run. The plan is used only when it reads fewer tokens.
-- **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with
-  a `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed
-  in front of them in the pool, and the block attends over both.
-- **Slot mode: several policies, one decode step.** With `slots=n` the engine samples with the frozen base
-  weights and holds n LoRA adapters (`store_adapter(j)`); a call names each row's slot (`adapters=`, None for the
-  base alone), so any mix of rows (several runs' chats; a learner's and its frozen base partner's) is one batch
-  (`weights` says how).
+- **Shared runs read once.** Rows of one policy whose prompts begin with the same run of tokens (a problem's chats at
+  the first turn, and their system prompt and problem at the second) are grouped (`prefixes.plan`); each group's run
+  goes through the layers once, its K/V are copied into every member's columns, and the prefill then reads only what
+  follows, as if a session held the run. The plan is used only when it reads fewer tokens.
+- **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with a
+  `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed in
+  front of them in the pool, and the block attends over both.
+- **Rows that do not wait.** Once the rows still writing fit half the batch, they move into a smaller one
+  (`compaction`), keeping their random numbers; a call whose K/V a session keeps stays whole.
+- **Slot mode: several policies, one decode step.** With `slots=n` the engine samples with the frozen base weights and
+  holds n LoRA adapters (`store_adapter(j)`); a call names each row's slot (`adapters=`, None for the base alone), so
+  any mix of rows (several runs' chats; a learner's and its frozen base partner's) is one batch (`weights` says how).
 
-Only models whose config says `qwen2`, `llama` or `mistral`-style attention are accepted; anything else falls
-back to `Engine` (see `factory.make_engine`).
+Only models whose config says `qwen2`, `llama` or `mistral`-style attention are accepted; anything else falls back to
+`Engine` (see `factory.make_engine`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from talktosolve.model.policy import base_model
-from talktosolve.sampling import decode_attention, decode_sampling, prefill_attention, prefixes
+from talktosolve.sampling import compaction, decode_attention, decode_sampling, prefill_attention, prefixes
 from talktosolve.sampling import fast_layers as layers
 from talktosolve.sampling.engine import Session, cut_at_stop, left_pad
 from talktosolve.sampling.weights import SamplingWeights
@@ -55,12 +55,14 @@ BUCKET = 256
 """KV lengths are rounded up to this on CUDA (few graph shapes); on a CPU, where there are no graphs and the
 decode step attends only over the filled columns, to `CPU_BUCKET`."""
 CPU_BUCKET = 32
-MAX_GRAPHS = 16
+MAX_GRAPHS = 32  # graphs kept: a step's turn lengths at full size, and the smaller batches rows move into
 
 
 class StaticEngine:
     """Batched sampling with a static KV cache and CUDA-graph decode (see the module docstring). `slots` > 0:
-    slot mode, `slots` LoRA adapters over the frozen base (`store_adapter(j)`; `generate(..., adapters=...)`)."""
+    slot mode, `slots` LoRA adapters over the frozen base (`store_adapter(j)`; `generate(..., adapters=...)`).
+    `compact_rows`: move the rows still writing into smaller batches (`compaction`); None: where a moved row keeps
+    its random numbers (the sampling kernel)."""
 
     share_prefixes = True
     """Read a run of tokens that several rows' prompts begin with once (`prefixes`). False (on the class or an
@@ -72,10 +74,11 @@ class StaticEngine:
     """Prefill over packed rows through FlashAttention (`prefill_attention.Packed`); None: where it runs. False (on
     the class, or the constructor's argument): the left-padded block under its mask, what `bench/gpu_shared.py`
     compares against."""
+    compact_least = 16  # the smallest batch a call's rows move into (`compaction.bucket`)
 
     def __init__(self, model, *, stop_ids, pad_id, temperature=1.0, force_max_length=False, greedy=False,
                  record_logprobs=False, compile: bool | None = None, attention_kernel: bool | None = None,
-                 packed_prefill: bool | None = None, slots: int = 0):
+                 packed_prefill: bool | None = None, slots: int = 0, compact_rows: bool | None = None):
         self.model = model
         self.stop_ids = sorted(set(stop_ids))
         self.pad_id = pad_id
@@ -88,6 +91,7 @@ class StaticEngine:
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
+        self.dims = dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
         self.rotary = base_model(model).get_decoder().rotary_emb
         self.slots = slots
         self.weights = SamplingWeights(model, slots)
@@ -124,6 +128,8 @@ class StaticEngine:
         self._blocks = tuple(torch.compile(b, dynamic=True) for b in blocks) if self.compiled else blocks
         # Sampling: a split Triton kernel on CUDA (`decode_sampling`), else torch's generator.
         self.sampling_kernel = decode_sampling.available(self.device)
+        # Rows that do not wait (`compaction`): by default where a moved row keeps its random numbers (the kernel).
+        self.compact_rows = self.sampling_kernel and not record_logprobs if compact_rows is None else compact_rows
         # All graphs draw their scratch memory from one pool: calls never overlap and every graph's results are
         # copied into its own static buffers, so scratch blocks can be shared.
         self.graph_pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
@@ -137,10 +143,10 @@ class StaticEngine:
         self.weights.refresh()
 
     def release(self, weights: bool = False) -> None:
-        """Free the KV pool and the graphs that read it, so that other work (the learner) can use the memory;
-        the next call allocates the pool and captures its graphs again (compiled code is kept). `weights`: the
-        sampling weights too, outside slot mode (there they are the merged copies; in slot mode the base's own
-        storage); the next call rebuilds them from the model."""
+        """Free the KV pool and the graphs that read it, so that other work (the learner) can use the memory; the
+        next call allocates the pool and captures its graphs again (compiled code is kept). `weights`: the sampling
+        weights too, outside slot mode (there they are the merged copies; in slot mode the base's own storage), which
+        the next call rebuilds from the model."""
         self.graphs.clear()
         self.pool = None
         if weights:
@@ -157,9 +163,6 @@ class StaticEngine:
         self.weights.store(slot)
 
     # --------------------------------------------------------------------------------------------- forward
-    def _dims(self):
-        return dict(n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim, eps=self.eps)
-
     def _read(self, news, held, first, T: int, k_cache, v_cache, masks):
         """Prefill: each row's new tokens `news` (the end of its prompt) through the layers, their K/V written into
         the caches [layers, B, Hkv, L, D] at columns T - len .. T-1 of the row; the row's prompt begins at column
@@ -194,7 +197,7 @@ class StaticEngine:
         cos, sin = self.rotary(x, positions)
         for i, (w, lora_i) in enumerate(zip(self.layers, lora)):
             x = layers.prefill_layer(x, cos, sin, *self.weights.layer_args(w), k_cache[i], v_cache[i], attention,
-                                     *self._blocks, **self._dims(), lora=lora_i)
+                                     *self._blocks, **self.dims, lora=lora_i)
         return x
 
     def _prefill_runs(self, s, prompts, plan, first, adapters) -> None:
@@ -222,7 +225,7 @@ class StaticEngine:
         seed and step key the sampling kernel's random numbers."""
         logits = F.linear(hidden, self.weights.head)  # [B, V]
         if self.sampling_kernel and not self.greedy and not self.record_logprobs:
-            return decode_sampling.sample(logits, self.temperature, s["seed"], s["step"]), None
+            return decode_sampling.sample(logits, self.temperature, s["seed"], s["step"], s["row"]), None
         return decode_sampling.sample_eager(logits, self.temperature, greedy=self.greedy,
                                             logprobs=self.record_logprobs)
 
@@ -240,7 +243,8 @@ class StaticEngine:
             return torch.zeros(*shape, dtype=dtype, device=dev)
         return {"k": self.pool[0, :n].view(kv), "v": self.pool[1, :n].view(kv), "first": zeros(B), "tok": zeros(B),
                 "pos": zeros(B, 1), "col": zeros(1), "step": zeros(1), "seed": zeros(1),
-                "done": zeros(B, dtype=torch.bool), "out": zeros(B, L), "logp": zeros(B, L, dtype=torch.float32)}
+                "done": zeros(B, dtype=torch.bool), "out": zeros(B, L), "logp": zeros(B, L, dtype=torch.float32),
+                "row": zeros(B)}  # each row's place in the call: keys its random numbers (`compaction`)
 
     def _decode_step(self, s, upto: int | None = None):
         """One token for every row, entirely on the device (this is what the graph holds).
@@ -255,7 +259,7 @@ class StaticEngine:
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 lora_qkv, lora_out = layers.split_lora(lora)
                 q = qkv(x, cos, sin, w["ln1"], w["qkv"].weight, w["qkv"].bias, s["k"][i], s["v"][i], s["col"],
-                        **self._dims(), lora=lora_qkv)
+                        **self.dims, lora=lora_qkv)
                 a = self.attend(q, s["k"][i], s["v"][i], s["first"], filled)  # [B, Hkv, G, D]
                 x = out(x, a, w["ln2"], w["o"].weight, w["gate_up"].weight, w["down"].weight, self.eps, lora_out)
         else:
@@ -265,7 +269,7 @@ class StaticEngine:
             mask = ((column >= s["first"][:, None]) & (column <= s["col"]))[:, None, None]  # [B, 1, 1, L]
             for i, (w, lora) in enumerate(zip(self.layers, s["lora"])):
                 x = self._decode(x, cos, sin, *self.weights.layer_args(w), s["k"][i][:, :, cols], s["v"][i][:, :, cols],
-                                 s["col"], mask, **self._dims(), lora=lora)
+                                 s["col"], mask, **self.dims, lora=lora)
         tok, logp = self._pick(layers.rms(x[:, -1], self.norm, self.eps), s)
         if not self.force_max_length:
             tok = torch.where(s["done"], torch.full_like(tok, self.pad_id), tok)
@@ -313,12 +317,11 @@ class StaticEngine:
                  adapters: list[int | None] | None = None) -> list[list[int]]:
         """`capacity` (optional) is the least KV length to allocate: callers that want one graph shape pass it.
 
-        `session` (optional): one copy's `Session`. A row whose prompt begins with the tokens the session holds
-        for it (its last prompt and message) reads only the rest; the session then holds this call's rows.
+        `session` (optional): one copy's `Session`. A row whose prompt begins with the tokens the session holds for
+        it (its last prompt and message) reads only the rest; the session then holds this call's rows.
 
-        Slot mode (one of the two, required there): `adapters`, one entry per prompt, the slot whose adapter
-        samples it or None for the base alone; `slots=n`, the prompts are n equal contiguous blocks, block j
-        through slot j."""
+        Slot mode (one of the two, required there): `adapters`, one entry per prompt, the slot whose adapter samples
+        it or None for the base alone; `slots=n`, the prompts are n equal contiguous blocks, block j through slot j."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -343,10 +346,7 @@ class StaticEngine:
             # and a call must sample the same whether or not its graph was captured before.
             (torch.cuda.manual_seed if self.device.type == "cuda" else torch.manual_seed)(seed)
         if self.sampling_kernel:  # the kernel's key: this call's seed, or a fresh one from the CUDA generator
-            if seed is not None:
-                s["seed"].fill_(seed)
-            else:
-                s["seed"].random_(0, 2**62)
+            s["seed"].fill_(seed) if seed is not None else s["seed"].random_(0, 2**62)
         # Row i's prompt fills columns T - len(p_i) .. T-1; its first `reuse[i]` tokens come from the session's
         # cache, or its first `plan.shared[i]` from its group's run; the rest goes through the layers (`_read`).
         reuse = layers.reusable(session, prompts)
@@ -367,6 +367,7 @@ class StaticEngine:
             self._prefill_runs(s, prompts, plan, first, adapters)
         s["first"].copy_(first)
         s["done"].zero_()
+        written = compaction.start(self, s, session, adapters)
         hidden = self._read([p[r:] for p, r in zip(prompts, known)], known, first, T, s["k"], s["v"], s["masks"])
         s["step"].zero_()
         tok, logp = self._pick(hidden, s)
@@ -389,11 +390,10 @@ class StaticEngine:
                 else:  # this step writes column T + made + i - 1 and attends up to it
                     self._decode_step(s, upto=T + made + i)
             made += burst
-            if not self.force_max_length and bool(s["done"].all()):
+            s, live = compaction.shrink(self, s, written, made, max_new_tokens, L, T)
+            if not live:
                 break
-        rows = s["out"][:, :made].tolist()
-        if self.record_logprobs:
-            self.last_logprobs = s["logp"][:, :made].clone()
+        rows, self.last_logprobs = compaction.written(s, written, made, self.record_logprobs)
         rows = rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
         if session is not None and session.keep:
             layers.hold(session, s, prompts, rows, T)

@@ -1,0 +1,149 @@
+"""Rows that do not wait: a call's batch shrinks to the rows still writing.
+
+A static batch decodes until its slowest row ends, and on real weights most rows end far sooner: in a turn of
+many rows a few write to the token limit while the rest stopped long before (docs/performance.md#on-real-weights-
+the-rows-that-wait measures it), yet every decode step pays for every row. So once the rows still writing fit a
+batch of at most half the size (`bucket`: the next power of two, at least `least`), `move` carries them into that
+smaller batch's state (its own CUDA graph): their K/V, their next token, positions, slots and the tokens they
+wrote so far. The rows that ended keep what they wrote (`Written`), and `Written.assemble` puts every row back in
+the call's order at the end. A call may shrink several times (192 -> 64 -> 32 -> 16).
+
+What it keeps:
+
+- **The same random numbers.** The sampling kernel keys a row's random numbers by its place in the call (the
+  state's `row`), not in the batch, so where the kernel samples, a row draws in the smaller batch what it would
+  have drawn in the full one (its logits may round differently at another batch size, as between any two batch
+  sizes). Elsewhere (torch's generator: a CPU, recorded log-probs) a smaller batch draws other numbers from the
+  same distribution, so the engine compacts there only when asked (`StaticEngine(compact_rows=True)`); greedy
+  decoding is the same either way.
+- **Kept caches.** A call whose rows a `Session` keeps for a later turn does not shrink (the session holds every
+  row's K/V at the end of the call); a copy's last turn, whose cache nothing reads, does. Those are the finals,
+  the longest turns.
+
+Moving a row costs a copy of its K/V (all layers, the state's whole length): the rows still writing are gathered
+out of the pool before the smaller state is set up, since every state's K/V are views of that one pool.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def bucket(live: int, rows: int, least: int) -> int | None:
+    """The batch size `live` rows move into, or None when it would not halve a batch of `rows`."""
+    size = max(least, 1 << max(live - 1, 0).bit_length())
+    return size if 2 * size <= rows else None
+
+
+class Written:
+    """The rows of one call that have ended, and where each row of the current state came from (its place in the
+    call)."""
+
+    def __init__(self, rows: int, record_logprobs: bool, adapters: list | None = None):
+        self.order = list(range(rows))
+        """order[i]: the call's row that row i of the current state holds."""
+        self.rows: list[list[int] | None] = [None] * rows
+        self.logprobs: list[torch.Tensor | None] = [None] * rows
+        self.record = record_logprobs
+        self.adapters = adapters
+        """Each row's slot (slot mode), in the call's order."""
+        self.moved = False
+
+    def keep(self, s, made: int) -> list[int]:
+        """The state's rows still writing (their places in the state); the others' tokens (and log-probs) so far
+        are kept here."""
+        done = s["done"][:len(self.order)].tolist()
+        ended = [i for i, d in enumerate(done) if d]
+        if ended:
+            out = s["out"][ended, :made].tolist()
+            logp = s["logp"][ended, :made].cpu() if self.record else None
+            for j, i in enumerate(ended):
+                self.rows[self.order[i]] = out[j]
+                if logp is not None:
+                    self.logprobs[self.order[i]] = logp[j]
+        return [i for i, d in enumerate(done) if not d]
+
+    def assemble(self, s, made: int) -> tuple[list[list[int]], torch.Tensor | None]:
+        """Every row of the call in its order: the ended ones as kept, the rest from the state `s` -> (rows, their
+        log-probs [rows, made] or None)."""
+        out = s["out"][:len(self.order), :made].tolist()
+        logp = s["logp"][:len(self.order), :made].cpu() if self.record else None
+        for i, row in enumerate(self.order):
+            self.rows[row] = out[i]
+            if logp is not None:
+                self.logprobs[row] = logp[i]
+        if not self.record:
+            return self.rows, None
+        table = torch.zeros(len(self.rows), made)
+        for i, lp in enumerate(self.logprobs):  # a row that ended early has nothing to record past its end
+            table[i, :len(lp)] = lp
+        return self.rows, table.to(s["logp"].device)
+
+
+def start(engine, s, session, adapters) -> Written | None:
+    """A call's bookkeeping, None where its rows stay in place: the engine does not compact, decodes to the limit,
+    or a session keeps every row's K/V at the end. Each row's random numbers are keyed by its place in the call."""
+    rows = s["tok"].shape[0]
+    s["row"].copy_(torch.arange(rows, device=s["row"].device))
+    if not engine.compact_rows or engine.force_max_length or (session is not None and session.keep):
+        return None
+    return Written(rows, engine.record_logprobs, adapters)
+
+
+def shrink(engine, s, written: Written | None, made: int, limit: int, L: int, T: int):
+    """After a burst of decode steps: the rows of `s` still writing, moved into a smaller state of length `L` when
+    they fit one (and tokens remain to be made; `T`: where the prompts end) -> (the state to decode on, how many rows still write). One device sync, none
+    for an engine that decodes every row to the limit."""
+    if engine.force_max_length:
+        return s, s["tok"].shape[0]
+    live = int((~s["done"]).sum())
+    size = bucket(live, s["tok"].shape[0], engine.compact_least) if written is not None and live else None
+    if size and made < limit:
+        s = move(engine, s, written, made, size, L, T + made)
+    return s, live
+
+
+def written(s, rows: Written | None, made: int, record: bool) -> tuple[list[list[int]], torch.Tensor | None]:
+    """The call's rows (and their log-probs [rows, made] when recorded) once decoding is over."""
+    if rows is not None and rows.moved:
+        return rows.assemble(s, made)
+    return s["out"][:, :made].tolist(), s["logp"][:, :made].clone() if record else None
+
+
+def move(engine, s, written: Written, made: int, size: int, L: int, filled: int):
+    """Carry the rows of state `s` that are still writing into the state of `size` rows and length `L` (captured on
+    first use) and return it; `made`: the tokens every row has so far; `filled`: the cache columns written so far
+    (the rest is carried no further). Padding rows after them are done from the start and attend only to the column
+    they write."""
+    keep = written.keep(s, made)
+    index = torch.tensor(keep, device=s["tok"].device)
+    n = len(keep)
+    # Gathered out of the pool first: the new state's K/V are views of the same memory, and capturing its graph
+    # runs warm-up steps that write into them.
+    carried = {key: s[key][:, index, :, :filled] for key in ("k", "v")}
+    small = {key: s[key][index] for key in ("first", "tok", "pos")}
+    wrote = {key: s[key][index, :made] for key in ("out", "logp")}
+    rows = torch.tensor([written.order[i] for i in keep], device=index.device)
+    col, step, seed = s["col"].clone(), s["step"].clone(), s["seed"].clone()
+    t = engine._graph(size, L)
+    for key in ("k", "v"):
+        t[key][:, :n, :, :filled].copy_(carried[key])
+    for key in ("first", "tok", "pos"):
+        t[key][:n].copy_(small[key])
+    t["first"][n:].copy_(col)  # a padding row's own column: never an empty (NaN) attention
+    t["tok"][n:].fill_(engine.pad_id)
+    t["pos"][n:].copy_(col)
+    for key in ("out", "logp"):
+        t[key][:n, :made].copy_(wrote[key])
+    t["done"].zero_()
+    t["done"][n:] = True
+    t["row"].zero_()
+    t["row"][:n].copy_(rows)
+    t["col"].copy_(col)
+    t["step"].copy_(step)
+    t["seed"].copy_(seed)
+    if engine.slots:
+        engine.weights.set_rows(t["masks"], [written.adapters[written.order[i]] for i in keep] + [None] * (size - n))
+    written.order = [written.order[i] for i in keep]
+    written.moved = True
+    return t

@@ -1,0 +1,164 @@
+"""Rows that do not wait (`sampling.compaction`): a call whose rows have mostly ended decodes on with a smaller
+batch, and what it writes does not change: greedy rows and their log-probs are the same, slots stay with their
+rows, and the sampling kernel keys a row's random numbers by its place in the call, so a seeded call samples the
+same tokens with and without moving its rows (under Triton's interpreter on a CPU; on the GPU when marked)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import lora_model, prompts, set_adapter_weights, tiny
+
+from talktosolve.sampling import compaction
+from talktosolve.sampling.engine import Session
+from talktosolve.sampling.fast_engine import StaticEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bucket_halves_a_batch_or_leaves_it():
+    assert compaction.bucket(60, 192, 16) == 64
+    assert compaction.bucket(96, 192, 16) is None  # 128 rows would not halve 192
+    assert compaction.bucket(3, 192, 16) == 16  # never below the least batch
+    assert compaction.bucket(5, 16, 1) == 8 and compaction.bucket(9, 16, 1) is None
+    assert compaction.bucket(1, 2, 1) == 1
+
+
+def staggered(model, n=16, limit=24, adapters=None, engine=None):
+    """`n` prompts and stop ids that end most rows within a few tokens and leave a few writing to `limit`: the
+    tokens the rows' greedy continuations write at their third step (none of the last four rows' tokens)."""
+    batch = prompts(97, [3 + (5 * i) % 17 for i in range(n)], seed=3)
+    engine = engine or StaticEngine(model, stop_ids=[], pad_id=0, greedy=True)
+    engine.stop_ids, engine.stop = [], engine.stop[:0]
+    engine.compact_rows = False
+    full = engine.generate(batch, limit, adapters=adapters)
+    late = {t for row in full[-4:] for t in row}
+    return batch, sorted({row[2] for row in full[:-4]} - late)
+
+
+def with_stops(engine, stops):
+    engine.stop_ids = stops
+    engine.stop = torch.tensor(stops, device=engine.device)
+    return engine
+
+
+class Moves(list):
+    """The sizes `compaction.move` moved rows into, while installed."""
+
+    def __enter__(self):
+        self.real = compaction.move
+        compaction.move = lambda *a, **k: self.append(a[4]) or self.real(*a, **k)
+        return self
+
+    def __exit__(self, *exc):
+        compaction.move = self.real
+
+
+def test_greedy_rows_and_their_logprobs_are_the_same_when_the_batch_shrinks():
+    model = tiny()
+    batch, stops = staggered(model)
+    out = {}
+    for compact in (True, False):
+        e = StaticEngine(model, stop_ids=stops, pad_id=0, greedy=True, record_logprobs=True, compact_rows=compact)
+        e.compact_least = 1
+        with Moves() as moves:
+            out[compact] = (e.generate(batch, 24), e.last_logprobs, moves)
+    (moved, logp1, moves), (whole, logp0, none) = out[True], out[False]
+    assert moves and not none, "the test's stops did not stagger the rows"
+    assert max(map(len, moved)) == 24 and min(map(len, moved)) < 6  # some rows ended early, some wrote on
+    assert moved == whole
+    for i, row in enumerate(whole):
+        assert torch.allclose(logp1[i, :len(row)], logp0[i, :len(row)], atol=1e-5)
+
+
+def test_a_moved_row_keeps_its_slot():
+    model = lora_model()
+    e = StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, slots=2)
+    for slot, seed in ((0, 1), (1, 2)):
+        set_adapter_weights(model, seed)
+        e.store_adapter(slot)
+    adapters = [(None, 0, 1)[i % 3] for i in range(16)]
+    batch, stops = staggered(model, adapters=adapters, engine=e)
+    with_stops(e, stops).compact_least = 1
+    runs = []
+    for compact in (True, False):
+        e.compact_rows = compact
+        with Moves() as moves:
+            runs.append((e.generate(batch, 24, adapters=adapters), len(moves)))
+    assert runs[0][1] and not runs[1][1]
+    assert runs[0][0] == runs[1][0]
+    alone = [e.generate([p], 24, adapters=[a])[0] for p, a in zip(batch, adapters)]  # each row by itself
+    assert alone == runs[0][0]
+
+
+def test_a_call_whose_session_keeps_its_rows_does_not_shrink():
+    model = tiny()
+    batch, stops = staggered(model)
+    e = with_stops(StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, compact_rows=True), stops)
+    e.compact_least = 1
+    session = Session()
+    with Moves() as kept_moves:
+        kept = e.generate(batch, 24, session=session)
+    assert session.ids is not None  # the session holds every row for the next turn
+    session.keep = False  # a copy's last turn: nothing reads its cache, so its rows may move
+    with Moves() as last_moves:
+        e.generate([p + r for p, r in zip(batch, kept)], 24, session=session)
+    assert not kept_moves and last_moves
+
+
+KERNEL_SCRIPT = """
+import sys
+sys.path.insert(0, "tests")
+from test_compaction import check_kernel_keys_rows, check_seeded_call_samples_the_same
+check_kernel_keys_rows("cpu")
+check_seeded_call_samples_the_same("cpu")
+print("ok")
+"""
+
+
+def check_kernel_keys_rows(device):
+    """A row draws the same numbers wherever it sits in the batch: sampling rows 5, 2 and 9 of a batch alone, keyed
+    by their places, gives what the whole batch gave them."""
+    from talktosolve.sampling.decode_sampling import sample
+
+    logits = torch.randn(12, 50, generator=torch.Generator().manual_seed(0)).to(device)
+    seed = torch.tensor([99], device=device)
+    step = torch.tensor([3], device=device)
+    whole = sample(logits, 1.0, seed, step)
+    rows = torch.tensor([5, 2, 9], device=device)
+    assert sample(logits[rows].contiguous(), 1.0, seed, step, rows).tolist() == whole[rows].tolist()
+    assert sample(logits[rows].contiguous(), 1.0, seed, step).tolist() != whole[rows].tolist()
+
+
+def check_seeded_call_samples_the_same(device):
+    """With the sampling kernel, a seeded call samples the same tokens whether or not its rows move."""
+    model = tiny(device=device)
+    batch, stops = staggered(model)
+    out = []
+    for compact in (True, False):
+        e = StaticEngine(model, stop_ids=stops, pad_id=0, temperature=1.0, compact_rows=compact)
+        e.sampling_kernel = True  # on a CPU, under Triton's interpreter
+        e.compact_least = 1
+        with Moves() as moves:
+            out.append((e.generate(batch, 24, torch.Generator(device=device).manual_seed(5)), len(moves)))
+    assert out[0][1] and not out[1][1], "the rows never moved"
+    assert out[0][0] == out[1][0]
+
+
+def test_the_sampling_kernel_keys_each_row_by_its_place_in_the_call():
+    """Under Triton's interpreter (a CPU): `check_kernel_keys_rows` and `check_seeded_call_samples_the_same`."""
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]' on Linux x86-64)")
+    out = subprocess.run([sys.executable, "-c", KERNEL_SCRIPT], cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_rows_move_without_changing_what_a_call_samples_on_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    check_kernel_keys_rows("cuda")
+    check_seeded_call_samples_the_same("cuda")
