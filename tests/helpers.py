@@ -1,6 +1,7 @@
 """Helpers the tests share (plain functions; fixtures live in conftest.py): tiny random Qwen2 models, with or
 without a LoRA adapter, random prompts, transformers' own greedy decoding to hold the engines against, and the
-recipe command as a user runs it (and as `kill -9` interrupts it: `kill_and_rerun`)."""
+recipe command as a user runs it (and as `kill -9` interrupts it: `kill_and_rerun`), and a script run under
+Triton's interpreter (`interpreted`)."""
 
 import json
 import os
@@ -124,3 +125,14 @@ def kill_and_rerun(out: Path, preset: str, n_kills: int, ref: Path, results: dic
     for run in (out / "runs").iterdir():
         steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert steps == sorted(set(steps))
+
+
+def interpreted(script: str, timeout: int = 600) -> None:
+    """Run `script` in a fresh Python from the repository's root under Triton's interpreter (Triton kernels on a
+    CPU); it must exit 0 and print "ok" last. Skips where Triton is not installed."""
+    import pytest
+
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]' on Linux x86-64)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

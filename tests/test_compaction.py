@@ -3,20 +3,13 @@ batch, and what it writes does not change: greedy rows and their log-probs are t
 rows, and the sampling kernel keys a row's random numbers by its place in the call, so a seeded call samples the
 same tokens with and without moving its rows (under Triton's interpreter on a CPU; on the GPU when marked)."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from helpers import lora_model, prompts, set_adapter_weights, tiny
+from helpers import interpreted, lora_model, prompts, set_adapter_weights, tiny
 
 from talktosolve.sampling import compaction
 from talktosolve.sampling.engine import Session
 from talktosolve.sampling.fast_engine import StaticEngine
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bucket_halves_a_batch_or_leaves_it():
@@ -150,10 +143,7 @@ def check_seeded_call_samples_the_same(device):
 
 def test_the_sampling_kernel_keys_each_row_by_its_place_in_the_call():
     """Under Triton's interpreter (a CPU): `check_kernel_keys_rows` and `check_seeded_call_samples_the_same`."""
-    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]' on Linux x86-64)")
-    out = subprocess.run([sys.executable, "-c", KERNEL_SCRIPT], cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    interpreted(KERNEL_SCRIPT, timeout=900)
 
 
 @pytest.mark.gpu

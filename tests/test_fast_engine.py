@@ -4,7 +4,7 @@ eagerly (the same tensor program the CUDA graph holds); the GPU-marked test runs
 
 import pytest
 import torch
-from helpers import lora_model, prompts, set_adapter_weights, stock_greedy, tiny
+from helpers import interpreted, lora_model, prompts, set_adapter_weights, stock_greedy, tiny
 
 from talktosolve.learning.grpo import Sample, pad_right
 from talktosolve.learning.logprobs import token_logprobs
@@ -155,16 +155,7 @@ print("ok")
 
 def test_the_sampling_kernel_draws_from_softmax_over_temperature_and_afresh_at_every_step():
     """Under Triton's interpreter (a CPU): see `check_sampling_kernel`."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[test]' on Linux x86-64)")
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", SAMPLING_SCRIPT], cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    interpreted(SAMPLING_SCRIPT)
 
 
 @pytest.mark.gpu

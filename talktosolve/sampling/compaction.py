@@ -1,8 +1,8 @@
 """Rows that do not wait: a call's batch shrinks to the rows still writing.
 
 A static batch decodes until its slowest row ends, and on real weights most rows end far sooner: in a turn of
-many rows a few write to the token limit while the rest stopped long before (docs/performance.md#on-real-weights-
-the-rows-that-wait measures it), yet every decode step pays for every row. So once the rows still writing fit a
+many rows a few write to the token limit while the rest stopped long before (docs/performance.md measures it, "On
+real weights: the rows that wait"), yet every decode step pays for every row. So once the rows still writing fit a
 batch of at most half the size (`bucket`: the next power of two, at least `least`), `move` carries them into that
 smaller batch's state (its own CUDA graph): their K/V, their next token, positions, slots and the tokens they
 wrote so far. The rows that ended keep what they wrote (`Written`), and `Written.assemble` puts every row back in
@@ -20,7 +20,7 @@ What it keeps:
   row's K/V at the end of the call); a copy's last turn, whose cache nothing reads, does. Those are the finals,
   the longest turns.
 
-Moving a row costs a copy of its K/V (all layers, the state's whole length): the rows still writing are gathered
+Moving a row costs a copy of its K/V (all layers, the columns written so far): the rows still writing are gathered
 out of the pool before the smaller state is set up, since every state's K/V are views of that one pool.
 """
 
@@ -92,8 +92,8 @@ def start(engine, s, session, adapters) -> Written | None:
 
 def shrink(engine, s, written: Written | None, made: int, limit: int, L: int, T: int):
     """After a burst of decode steps: the rows of `s` still writing, moved into a smaller state of length `L` when
-    they fit one (and tokens remain to be made; `T`: where the prompts end) -> (the state to decode on, how many rows still write). One device sync, none
-    for an engine that decodes every row to the limit."""
+    they fit one and tokens remain to be made (`T`: where the prompts end) -> (the state to decode on, how many rows
+    still write). One device sync; none for an engine that decodes every row to the limit."""
     if engine.force_max_length:
         return s, s["tok"].shape[0]
     live = int((~s["done"]).sum())
@@ -103,10 +103,10 @@ def shrink(engine, s, written: Written | None, made: int, limit: int, L: int, T:
     return s, live
 
 
-def written(s, rows: Written | None, made: int, record: bool) -> tuple[list[list[int]], torch.Tensor | None]:
+def result(s, written: Written | None, made: int, record: bool) -> tuple[list[list[int]], torch.Tensor | None]:
     """The call's rows (and their log-probs [rows, made] when recorded) once decoding is over."""
-    if rows is not None and rows.moved:
-        return rows.assemble(s, made)
+    if written is not None and written.moved:
+        return written.assemble(s, made)
     return s["out"][:, :made].tolist(), s["logp"][:, :made].clone() if record else None
 
 

@@ -393,7 +393,7 @@ class StaticEngine:
             s, live = compaction.shrink(self, s, written, made, max_new_tokens, L, T)
             if not live:
                 break
-        rows, self.last_logprobs = compaction.written(s, written, made, self.record_logprobs)
+        rows, self.last_logprobs = compaction.result(s, written, made, self.record_logprobs)
         rows = rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
         if session is not None and session.keep:
             layers.hold(session, s, prompts, rows, T)
