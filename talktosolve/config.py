@@ -208,6 +208,12 @@ class TrainConfig:
     max_draws: int = setting(4, RUN, when=lambda t: bool(t.dynamic_sampling))
     """With `dynamic_sampling`: the most batches of `problems_per_step` problems one step draws (the first
     included), a bound on a step's sampling cost."""
+    draw_batches: int = setting(1, RUN, when=lambda t: bool(t.dynamic_sampling) and t.draw_batches != 1)
+    """With `dynamic_sampling`: the batches played together in one sampling pass (up to `max_draws` in all): the
+    first pass holds the step's first batch and the next `draw_batches - 1`, each later pass the next ones, while
+    too few groups are informative. The same batches as drawn one at a time, in fewer passes of more rows, each of
+    which waits only once for its slowest chat; a pass may play batches that one at a time would not have needed.
+    1: one batch a pass."""
     pool_chats: int = setting(0, RUN, when=lambda t: bool(t.pool_chats))
     """A training pool by difficulty: before training, the untrained team plays this many chats of every training
     problem in the run's arm (cached beside the runs, in `pool/`), and training draws only from the problems it

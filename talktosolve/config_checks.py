@@ -138,6 +138,9 @@ def _learning_option_problems(cfg) -> list[str]:
     problems = []
     if t.max_draws < 1:
         problems.append(f"train.max_draws is {t.max_draws}; it must be at least 1 (the first batch).")
+    elif not 1 <= t.draw_batches <= t.max_draws:
+        problems.append(f"train.draw_batches is {t.draw_batches}; it must be from 1 to train.max_draws "
+                        f"({t.max_draws}): the batches one sampling pass plays.")
     if t.pool_chats < 0:
         problems.append(f"train.pool_chats is {t.pool_chats}; use 0 (no pool) or the chats per problem of the "
                         "pool's pre-pass, e.g. 4.")

@@ -59,6 +59,8 @@ CASES = [
     ("train", "out of range", "--arm chat --out {new} --set train.steps=-1"),
     ("train", "out of range", "--arm chat --out {new} --set train.lr=0"),
     ("train", "out of range", "--arm chat --out {new} --set train.checkpoint_every=0"),
+    ("train", "out of range", "--arm chat --out {new} --set train.dynamic_sampling=true --set train.max_draws=2 "
+                              "--set train.draw_batches=3"),
     ("train", "out of range", "--arm chat --out {new} --set chat.temperature=0 --set train.grad_clip=-1"),
     ("train", "out of range", "--arm chat --out {new} --seed -3"),
     ("train", "out of range", "--arm chat --out {new} --set device=gpu"),

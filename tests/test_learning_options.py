@@ -48,11 +48,12 @@ def micro_config(**train):
 
 @pytest.fixture(scope="module")
 def micro_runs(tmp_path_factory):
-    """Two steps of the chat arm on the micro base: plain, with informative groups (one draw and four), with a
-    pool and with a KL penalty; each run's folder."""
+    """Two steps of the chat arm on the micro base: plain, with informative groups (one draw, four, and four two
+    a pass), with a pool and with a KL penalty; each run's folder."""
     root = tmp_path_factory.mktemp("options")
     settings = {"plain": {}, "one_draw": {"dynamic_sampling": True, "max_draws": 1},
                 "draws": {"dynamic_sampling": True, "max_draws": 4},
+                "two_a_pass": {"dynamic_sampling": True, "max_draws": 4, "draw_batches": 2},
                 "pool": {"pool_chats": 2, "pool_min": 1}, "kl": {"kl_coef": 0.1}}
     out = {}
     for name, train_settings in settings.items():
@@ -104,6 +105,32 @@ def test_informative_groups_raise_the_share_of_groups_learned_from_that_carry_a_
             if not g[0]["trained"]:
                 assert all(c["advantage"] == 0 for c in g)
     assert rose
+
+
+@pytest.mark.slow
+def test_batches_played_two_a_pass_hold_the_problems_they_hold_drawn_one_at_a_time(micro_runs):
+    """With `draw_batches=2` a step draws 2 or 4 batches (whole passes, at most `max_draws`), each batch holds the
+    problems it holds when batches are drawn one at a time, and the step learns from the first informative groups
+    in the order drawn."""
+    def batches(run):
+        out: dict = {}
+        for c in read_jsonl(run / "transcripts.jsonl"):
+            out.setdefault((c["step"], c["draw"]), set()).add(c["problem_id"])
+        return out
+
+    two, one = batches(micro_runs["two_a_pass"]), batches(micro_runs["draws"])
+    for key in two.keys() & one.keys():
+        assert two[key] == one[key], key
+    chats = read_jsonl(micro_runs["two_a_pass"] / "transcripts.jsonl")
+    for m in read_jsonl(micro_runs["two_a_pass"] / "metrics.jsonl"):
+        step = [c for c in chats if c["step"] == m["step"]]
+        assert m["train/draws"] in (2, 4) and m["train/draws"] == 1 + max(c["draw"] for c in step)
+        groups: dict = {}
+        for c in step:
+            groups.setdefault((c["draw"], c["problem_id"]), []).append(c)
+        drawn = list(groups.values())
+        assert [i for i, g in enumerate(drawn) if g[0]["trained"]] == chosen([[c["reward"] for c in g]
+                                                                             for g in drawn], 4)
 
 
 @pytest.mark.slow

@@ -130,21 +130,27 @@ class Loop:
 
     def draw(self, step: int, active: list[Run]) -> tuple[list[list[_Group]], list[int]]:
         """The step's problems for each run, played and scored; with informative groups, drawn again (up to
-        `max_draws` batches) for each run whose groups do not yet hold enough signal. -> (each run's groups, how
-        many problems each run's step wants)."""
+        `max_draws` batches, `draw_batches` of them a pass) for each run whose groups do not yet hold enough
+        signal. -> (each run's groups, in the order drawn; how many problems each run's step wants)."""
         t = self.cfg.train
-        first_batches = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
-                                           self.rank, self.size) for run in active]
-        groups = self.play(step, 0, first_batches, active)
-        wanted = [len(b) for b in first_batches]
-        for draw in range(1, t.max_draws if t.dynamic_sampling else 1):
-            more = [[] if enough(_rewards(g), n) else
-                    more_problems(run.problems, run.seed, step, draw, n, {x.chats[0].problem_id for x in g})
-                    for run, g, n in zip(active, groups, wanted)]
-            if not any(more):
+        first = [distributed.shard(step_problems(run.problems, run.seed, step, t.problems_per_step),
+                                   self.rank, self.size) for run in active]
+        wanted = [len(b) for b in first]
+        cap, at_once = (t.max_draws, t.draw_batches) if t.dynamic_sampling else (1, 1)
+        groups: list[list[_Group]] = [[] for _ in active]
+        drawn = 0  # batches drawn so far this step
+        while drawn < cap:
+            batches = range(drawn, min(drawn + at_once, cap))
+            passes = [[] if drawn and enough(_rewards(g), n) else _batches(run, step, batches, n, b0, g)
+                      for run, g, n, b0 in zip(active, groups, wanted, first)]
+            if drawn and not any(passes):
                 break
-            for g, new in zip(groups, self.play(step, draw, more, active)):
+            for g, new, mine in zip(groups, self.play(step, drawn, [[p for p, _ in m] for m in passes], active),
+                                    passes):
+                for group, (_, batch) in zip(new, mine):
+                    group.draw = batch
                 g += new
+            drawn = batches.stop
         return groups, wanted
 
     def release(self) -> None:
@@ -249,6 +255,18 @@ class _Group:
     chats: list
     frozen: str | None
     draw: int
+
+
+def _batches(run: Run, step: int, batches: range, n: int, first: list, groups: list[_Group]) -> list[tuple]:
+    """One run's problems of one sampling pass, each with the batch it belongs to: batch 0 is the step's first
+    (`first`), a later one `n` problems new to the step (`more_problems`), as if drawn one batch at a time."""
+    seen = {g.chats[0].problem_id for g in groups}
+    out: list[tuple] = []
+    for batch in batches:
+        new = first if batch == 0 else more_problems(run.problems, run.seed, step, batch, n, seen)
+        seen |= {p.id for p in new}
+        out += [(p, batch) for p in new]
+    return out
 
 
 def _rewards(groups: list[_Group]) -> list[list[float]]:

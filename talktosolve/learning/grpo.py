@@ -30,8 +30,8 @@ Options that depart further, each off in the recipe (`paper`) and on in the pres
   Shao et al.), pi_ref the base: under LoRA the same model with its adapter off, so no second model is held.
   Every message is then read, those with a zero advantage too (the penalty applies to them);
 - informative groups (`train.dynamic_sampling`, as in DAPO, Yu et al. 2025): the step's Q groups are the first
-  Q drawn whose rewards differ, drawing batches of Q problems up to `train.max_draws`; the objective above is
-  unchanged, over the groups kept (N counts their tokens only);
+  Q drawn whose rewards differ, drawing batches of Q problems up to `train.max_draws` (`train.draw_batches` of
+  them a sampling pass); the objective above is unchanged, over the groups kept (N counts their tokens only);
 - a training pool by difficulty (`train.pool_chats`): problems are drawn only from those the untrained team
   solved in between `pool_min` and `pool_max` of `pool_chats` chats (`pool.py`); the objective is unchanged.
 
