@@ -6,10 +6,10 @@ some advantage non-zero. A step draws its first batch as without the option (`st
 fewer than `problems_per_step` of its groups are informative and fewer than `max_draws` batches were drawn, it
 draws another batch of `problems_per_step` problems not yet drawn this step, from a stream seeded by
 (seed, step, draw), so a resumed run draws the same. With `train.draw_batches` several such batches are
-played in one sampling pass; each holds the problems it would hold drawn alone. It then learns from the first `problems_per_step`
-informative groups in the order drawn; at the cap with fewer, the rest of the batch is filled with the first
-groups that scored alike (they carry no advantage, so the update is that of the informative ones, over a
-batch of the usual size).
+played in one sampling pass; each holds the problems it would hold drawn alone. It then learns from the first
+`problems_per_step` informative groups in the order drawn; at the cap with fewer, the rest of the batch is
+filled with the first groups that scored alike (they carry no advantage, so the update is that of the
+informative ones, over a batch of the usual size).
 
 Pure Python, no torch.
 """
