@@ -1,7 +1,8 @@
 """Rows that do not wait (`sampling.compaction`): a call whose rows have mostly ended decodes on with a smaller
 batch, and what it writes does not change: greedy rows and their log-probs are the same, slots stay with their
-rows, and the sampling kernel keys a row's random numbers by its place in the call, so a seeded call samples the
-same tokens with and without moving its rows (under Triton's interpreter on a CPU; on the GPU when marked)."""
+rows, a kept session serves the next turn as before, and the sampling kernel keys a row's random numbers by its
+place in the call, so a seeded call samples the same tokens with and without moving its rows (under Triton's
+interpreter on a CPU; on the GPU when marked)."""
 
 import pytest
 import torch
@@ -69,7 +70,7 @@ def test_greedy_rows_and_their_logprobs_are_the_same_when_the_batch_shrinks():
 
 def test_a_moved_row_keeps_its_slot():
     model = lora_model()
-    e = StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, slots=2)
+    e = StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, slots=2, record_logprobs=True)
     for slot, seed in ((0, 1), (1, 2)):
         set_adapter_weights(model, seed)
         e.store_adapter(slot)
@@ -80,26 +81,40 @@ def test_a_moved_row_keeps_its_slot():
     for compact in (True, False):
         e.compact_rows = compact
         with Moves() as moves:
-            runs.append((e.generate(batch, 24, adapters=adapters), len(moves)))
+            runs.append((e.generate(batch, 24, adapters=adapters), len(moves), e.last_logprobs))
     assert runs[0][1] and not runs[1][1]
     assert runs[0][0] == runs[1][0]
-    alone = [e.generate([p], 24, adapters=[a])[0] for p, a in zip(batch, adapters)]  # each row by itself
-    assert alone == runs[0][0]
+    for i, row in enumerate(runs[0][0]):  # a row read through another slot would show in its log-probs
+        torch.testing.assert_close(runs[0][2][i, :len(row)], runs[1][2][i, :len(row)], atol=1e-5, rtol=0)
 
 
-def test_a_call_whose_session_keeps_its_rows_does_not_shrink():
+def test_a_session_kept_through_moves_serves_the_next_turn_as_the_whole_batch_would():
+    """A copy's turn whose rows move still leaves every row's K/V with its session: the next turn reads only its
+    new tokens and writes what a fresh engine reading every prompt whole writes, and what the turn gives without
+    moving."""
     model = tiny()
     batch, stops = staggered(model)
-    e = with_stops(StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, compact_rows=True), stops)
-    e.compact_least = 1
-    session = Session()
-    with Moves() as kept_moves:
-        kept = e.generate(batch, 24, session=session)
-    assert session.ids is not None  # the session holds every row for the next turn
-    session.keep = False  # a copy's last turn: nothing reads its cache, so its rows may move
-    with Moves() as last_moves:
-        e.generate([p + r for p, r in zip(batch, kept)], 24, session=session)
-    assert not kept_moves and last_moves
+    said, second = {}, {}
+    for compact in (True, False):
+        e = with_stops(StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, compact_rows=compact,
+                                    record_logprobs=True), stops)
+        e.compact_least = 1
+        session = Session()
+        with Moves() as moves:
+            said[compact] = e.generate(batch, 24, session=session)
+        assert bool(moves) == compact
+        extra = prompts(97, [2 + i % 5 for i in range(len(batch))], seed=4)
+        turn = [p + m + x for p, m, x in zip(batch, said[compact], extra)]
+        session.keep = False  # the copy's last turn
+        second[compact] = e.generate(turn, 12, session=session)
+        assert session.reused_tokens == sum(len(p) + len(m) - 1 for p, m in zip(batch, said[compact]))
+        fresh = with_stops(StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, compact_rows=False,
+                                        record_logprobs=True), stops)
+        assert second[compact] == fresh.generate(turn, 12)
+        for i, row in enumerate(second[compact]):  # the log-probs see any K/V gone astray; greedy tokens may not
+            torch.testing.assert_close(e.last_logprobs[i, :len(row)], fresh.last_logprobs[i, :len(row)], atol=1e-5,
+                                       rtol=0)
+    assert said[True] == said[False] and second[True] == second[False]
 
 
 KERNEL_SCRIPT = """

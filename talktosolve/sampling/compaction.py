@@ -16,9 +16,9 @@ What it keeps:
   sizes). Elsewhere (torch's generator: a CPU, recorded log-probs) a smaller batch draws other numbers from the
   same distribution, so the engine compacts there only when asked (`StaticEngine(compact_rows=True)`); greedy
   decoding is the same either way.
-- **Kept caches.** A call whose rows a `Session` keeps for a later turn does not shrink (the session holds every
-  row's K/V at the end of the call); a copy's last turn, whose cache nothing reads, does. Those are the finals,
-  the longest turns.
+- **Kept caches.** Where a `Session` keeps a call's rows for the copy's next turn, a row that ended leaves its
+  prompt's and message's K/V with `Written` when the others move on, and `hold` gives the session every row's
+  at the end, in the call's order, as the whole batch would have.
 
 Moving a row costs a copy of its K/V (all layers, the columns written so far): the rows still writing are gathered
 out of the pool before the smaller state is set up, since every state's K/V are views of that one pool.
@@ -27,6 +27,8 @@ out of the pool before the smaller state is set up, since every state's K/V are 
 from __future__ import annotations
 
 import torch
+
+from talktosolve.sampling.fast_layers import hold as layers_hold
 
 
 def bucket(live: int, rows: int, least: int) -> int | None:
@@ -39,7 +41,7 @@ class Written:
     """The rows of one call that have ended, and where each row of the current state came from (its place in the
     call)."""
 
-    def __init__(self, rows: int, record_logprobs: bool, adapters: list | None = None):
+    def __init__(self, rows: int, record_logprobs: bool, adapters: list | None = None, keeps: bool = False):
         self.order = list(range(rows))
         """order[i]: the call's row that row i of the current state holds."""
         self.rows: list[list[int] | None] = [None] * rows
@@ -47,6 +49,9 @@ class Written:
         self.record = record_logprobs
         self.adapters = adapters
         """Each row's slot (slot mode), in the call's order."""
+        self.kept: list[tuple] | None = [] if keeps else None
+        """For a session: (the call's rows, their K, their V [layers, rows, kv, columns, D]) of rows that ended
+        before a move, each row's from its prompt's first column."""
         self.moved = False
 
     def keep(self, s, made: int) -> list[int]:
@@ -54,6 +59,12 @@ class Written:
         are kept here."""
         done = s["done"][:len(self.order)].tolist()
         ended = [i for i, d in enumerate(done) if d]
+        if ended and self.kept is not None:  # their K/V so far: the columns fed before this step's
+            index = torch.tensor(ended, device=s["k"].device)
+            first = s["first"][index]
+            width = int(s["col"]) - int(first.min())
+            self.kept.append(([self.order[i] for i in ended], *(_columns(s[key][:, index], first, width)
+                                                               for key in ("k", "v"))))
         if ended:
             out = s["out"][ended, :made].tolist()
             logp = s["logp"][ended, :made].cpu() if self.record else None
@@ -81,13 +92,39 @@ class Written:
 
 
 def start(engine, s, session, adapters) -> Written | None:
-    """A call's bookkeeping, None where its rows stay in place: the engine does not compact, decodes to the limit,
-    or a session keeps every row's K/V at the end. Each row's random numbers are keyed by its place in the call."""
+    """A call's bookkeeping, None where its rows stay in place (the engine does not compact, or decodes to the
+    limit). Each row's random numbers are keyed by its place in the call."""
     rows = s["tok"].shape[0]
     s["row"].copy_(torch.arange(rows, device=s["row"].device))
-    if not engine.compact_rows or engine.force_max_length or (session is not None and session.keep):
+    if not engine.compact_rows or engine.force_max_length:
         return None
-    return Written(rows, engine.record_logprobs, adapters)
+    return Written(rows, engine.record_logprobs, adapters, keeps=session is not None and session.keep)
+
+
+def _columns(cache, first, width: int):
+    """cache [layers, B, kv, L, D] -> each row's `width` columns from its own `first` [B] on (clamped at L)."""
+    layers, B, kv, L, D = cache.shape
+    cols = (first[:, None] + torch.arange(width, device=first.device)[None]).clamp(max=L - 1)  # [B, width]
+    return cache.gather(3, cols[None, :, None, :, None].expand(layers, B, kv, width, D))
+
+
+def hold(session, s, written: Written | None, prompts, rows, T: int) -> None:
+    """Keep each row's prompt and message (less its last token, never fed back) with their K/V in `session`, as
+    `fast_layers.hold` does for a call whose rows never moved; the rows that ended before a move from `written`."""
+    if written is None or not written.moved:
+        return layers_hold(session, s, prompts, rows, T)
+    held = [p + r[:-1] for p, r in zip(prompts, rows)]
+    n = max(len(h) for h in held)
+    live = len(written.order)
+    blocks = written.kept + [(written.order, *(_columns(s[key][:, :live], s["first"][:live], n) for key in ("k", "v")))]
+    shape = (s["k"].shape[0], len(prompts), s["k"].shape[2], n, s["k"].shape[4])
+    k, v = (s["k"].new_zeros(shape) for _ in range(2))
+    for where, bk, bv in blocks:  # columns past a row's own length are never read (`reusable` stops at its ids)
+        w = min(n, bk.shape[3])
+        index = torch.tensor(where, device=k.device)
+        k[:, index, :, :w] = bk[..., :w]
+        v[:, index, :, :w] = bv[..., :w]
+    session.ids, session.k, session.v = held, k, v
 
 
 def shrink(engine, s, written: Written | None, made: int, limit: int, L: int, T: int):

@@ -30,7 +30,7 @@ around attention are compiled (`torch.compile` fuses the small element-wise kern
   `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed in
   front of them in the pool, and the block attends over both.
 - **Rows that do not wait.** Once the rows still writing fit half the batch, they move into a smaller one
-  (`compaction`), keeping their random numbers; a call whose K/V a session keeps stays whole.
+  (`compaction`), keeping their random numbers; the rows that ended leave their K/V with the copy's session.
 - **Slot mode: several policies, one decode step.** With `slots=n` the engine samples with the frozen base weights and
   holds n LoRA adapters (`store_adapter(j)`); a call names each row's slot (`adapters=`, None for the base alone), so
   any mix of rows (several runs' chats; a learner's and its frozen base partner's) is one batch (`weights` says how).
@@ -396,5 +396,5 @@ class StaticEngine:
         rows, self.last_logprobs = compaction.result(s, written, made, self.record_logprobs)
         rows = rows if self.force_max_length else cut_at_stop(rows, self.stop_ids)
         if session is not None and session.keep:
-            layers.hold(session, s, prompts, rows, T)
+            compaction.hold(session, s, written, prompts, rows, T)
         return rows
