@@ -167,3 +167,30 @@ def test_rows_move_without_changing_what_a_call_samples_on_gpu():
         pytest.skip("no CUDA GPU")
     check_kernel_keys_rows("cuda")
     check_seeded_call_samples_the_same("cuda")
+
+
+def test_whole_chats_on_the_micro_model_are_the_same_when_rows_move():
+    """Four turns of 8 chats on the micro base through the rollout (each copy's session carried from turn to
+    turn), decoded greedily: every message is the same whether or not each turn's rows move."""
+    from talktosolve.arms import ARMS
+    from talktosolve.config import make_config
+    from talktosolve.micro.base import load_micro_base
+    from talktosolve.micro.task import make_problems
+    from talktosolve.model.policy import stop_ids
+    from talktosolve.protocol import protocol_of
+    from talktosolve.sampling.rollout import Player, play_chats
+
+    cfg = make_config("micro")
+    model, tok = load_micro_base()
+    problems = make_problems("test", 4, seed=0)
+    texts = {}
+    for compact in (True, False):
+        engine = StaticEngine(model, stop_ids=stop_ids(tok, model), pad_id=tok.pad_token_id, greedy=True,
+                              compact_rows=compact)
+        engine.compact_least = 1
+        with Moves() as moves:
+            chats = play_chats(problems, ARMS["chat"], {"A": Player(engine, tok), "B": Player(engine, tok)},
+                               protocol_of(cfg.chat), cfg.chat, chats_per_problem=2, seed=0)
+        texts[compact] = [[t.completion_ids for t in c.turns] for c in chats]
+        assert bool(moves) == compact
+    assert texts[True] == texts[False]
