@@ -61,9 +61,9 @@ class Written:
         ended = [i for i, d in enumerate(done) if d]
         if ended and self.kept is not None:  # their K/V so far: the columns fed before this step's
             index = torch.tensor(ended, device=s["k"].device)
-            first = s["first"][index]
-            width = int(s["col"]) - int(first.min())
-            self.kept.append(([self.order[i] for i in ended], *(_columns(s[key][:, index], first, width)
+            first, fed = s["first"][index], int(s["col"])
+            width = fed - int(first.min())
+            self.kept.append(([self.order[i] for i in ended], *(_columns(s[key][:, index, :, :fed], first, width)
                                                                for key in ("k", "v"))))
         if ended:
             out = s["out"][ended, :made].tolist()
