@@ -111,10 +111,12 @@ class Loop:
         """The players brought to this step: each run's weights in its slot, the frozen partner refreshed."""
         self.seating.seat(step, active)
 
-    def play(self, step: int, draw: int, batches: list[list], active: list[Run]) -> list[list[_Group]]:
-        """One draw of the step: every run's batch (some may be empty) in one call a turn -> each run's groups, in
-        the order of its problems."""
+    def play(self, step: int, draw: int, passes: list[list[tuple]], active: list[Run]) -> list[list[_Group]]:
+        """One sampling pass of the step (its first batch is `draw`): every run's problems, each with the batch it
+        belongs to (some runs may have none), in one call a turn -> each run's groups, in the order of its
+        problems."""
         G = self.cfg.train.chats_per_problem
+        batches = [[p for p, _ in mine] for mine in passes]
         who = [j for j, b in enumerate(batches) if b]
         lineup = self.seating.lineup(step, draw, batches, active)
         chats = play_chats([p for j in who for p in batches[j]],
@@ -124,8 +126,8 @@ class Loop:
         out: list[list[_Group]] = [[] for _ in batches]
         for j in who:
             mine, chats = chats[:len(batches[j]) * G], chats[len(batches[j]) * G:]
-            out[j] = [_Group(mine[i * G:(i + 1) * G], None if lineup.frozen is None else lineup.frozen[i], draw)
-                      for i in range(len(batches[j]))]
+            out[j] = [_Group(mine[i * G:(i + 1) * G], None if lineup.frozen is None else lineup.frozen[i], batch)
+                      for i, (_, batch) in enumerate(passes[j])]
         return out
 
     def draw(self, step: int, active: list[Run]) -> tuple[list[list[_Group]], list[int]]:
@@ -145,10 +147,7 @@ class Loop:
                       for run, g, n, b0 in zip(active, groups, wanted, first)]
             if drawn and not any(passes):
                 break
-            for g, new, mine in zip(groups, self.play(step, drawn, [[p for p, _ in m] for m in passes], active),
-                                    passes):
-                for group, (_, batch) in zip(new, mine):
-                    group.draw = batch
+            for g, new in zip(groups, self.play(step, drawn, passes, active)):
                 g += new
             drawn = batches.stop
         return groups, wanted
