@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from talktosolve.sampling.fast_layers import columns
 from talktosolve.sampling.fast_layers import hold as layers_hold
 
 
@@ -63,7 +64,7 @@ class Written:
             index = torch.tensor(ended, device=s["k"].device)
             first, fed = s["first"][index], int(s["col"])
             width = fed - int(first.min())
-            self.kept.append(([self.order[i] for i in ended], *(_columns(s[key][:, index, :, :fed], first, width)
+            self.kept.append(([self.order[i] for i in ended], *(columns(s[key][:, index, :, :fed], first, width)
                                                                for key in ("k", "v"))))
         if ended:
             out = s["out"][ended, :made].tolist()
@@ -101,13 +102,6 @@ def start(engine, s, session, adapters) -> Written | None:
     return Written(rows, engine.record_logprobs, adapters, keeps=session is not None and session.keep)
 
 
-def _columns(cache, first, width: int):
-    """cache [layers, B, kv, L, D] -> each row's `width` columns from its own `first` [B] on (clamped at L)."""
-    layers, B, kv, L, D = cache.shape
-    cols = (first[:, None] + torch.arange(width, device=first.device)[None]).clamp(max=L - 1)  # [B, width]
-    return cache.gather(3, cols[None, :, None, :, None].expand(layers, B, kv, width, D))
-
-
 def hold(session, s, written: Written | None, prompts, rows, T: int) -> None:
     """Keep each row's prompt and message (less its last token, never fed back) with their K/V in `session`, as
     `fast_layers.hold` does for a call whose rows never moved; the rows that ended before a move from `written`."""
@@ -116,7 +110,7 @@ def hold(session, s, written: Written | None, prompts, rows, T: int) -> None:
     held = [p + r[:-1] for p, r in zip(prompts, rows)]
     n = max(len(h) for h in held)
     live = len(written.order)
-    blocks = written.kept + [(written.order, *(_columns(s[key][:, :live], s["first"][:live], n) for key in ("k", "v")))]
+    blocks = written.kept + [(written.order, *(columns(s[key][:, :live], s["first"][:live], n) for key in ("k", "v")))]
     shape = (s["k"].shape[0], len(prompts), s["k"].shape[2], n, s["k"].shape[4])
     k, v = (s["k"].new_zeros(shape) for _ in range(2))
     for where, bk, bv in blocks:  # columns past a row's own length are never read (`reusable` stops at its ids)

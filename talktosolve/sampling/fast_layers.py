@@ -133,12 +133,17 @@ def hold(session, s, prompts, rows, T: int) -> None:
     or values), with their K/V: prompt i sits in columns T - len(p_i) .. T-1, message token j was fed at T + j."""
     held = [p + r[:-1] for p, r in zip(prompts, rows)]
     n = max(len(h) for h in held)
-    layers, B, kv, L, D = s["k"].shape
     first = torch.tensor([T - len(p) for p in prompts], device=s["k"].device)
-    cols = (first[:, None] + torch.arange(n, device=first.device)[None]).clamp(max=L - 1)  # [B, n]
-    index = cols[None, :, None, :, None].expand(layers, B, kv, n, D)
     # Columns past a row's own length hold whatever the pool held: never read, as `reusable` stops at len(ids).
-    session.ids, session.k, session.v = held, s["k"].gather(3, index), s["v"].gather(3, index)
+    session.ids, session.k, session.v = held, columns(s["k"], first, n), columns(s["v"], first, n)
+
+
+def columns(cache, first, width: int):
+    """cache [layers, B, kv, L, D] -> [layers, B, kv, width, D]: each row's `width` columns from its own `first`
+    [B] on (clamped at the last column)."""
+    layers, B, kv, L, D = cache.shape
+    cols = (first[:, None] + torch.arange(width, device=first.device)[None]).clamp(max=L - 1)  # [B, width]
+    return cache.gather(3, cols[None, :, None, :, None].expand(layers, B, kv, width, D))
 
 
 def block_mask(valid, S: int):
