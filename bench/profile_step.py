@@ -134,9 +134,9 @@ def main():
     from talktosolve.task.tasks import load_problems
 
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
-    if args.whole_batches:
-        import talktosolve.sampling.compaction as compaction
+    import talktosolve.sampling.compaction as compaction
 
+    if args.whole_batches:
         compaction.bucket = lambda *a: None
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
     ro._encode = timed("sample/encode_views", ro._encode)
@@ -146,7 +146,8 @@ def main():
     fe.StaticEngine._prefill_runs = timed("sample/generate/prefill/shared_runs", fe.StaticEngine._prefill_runs)
     fe.StaticEngine._graph = timed("sample/generate/graph_lookup_or_capture", fe.StaticEngine._graph)
     fe.StaticEngine.refresh = timed("sample/generate/refresh", fe.StaticEngine.refresh)
-    fl.hold = timed("sample/generate/hold", fl.hold)
+    compaction.hold = timed("sample/generate/hold", compaction.hold)
+    compaction.move = timed("sample/generate/move", compaction.move)  # holds the capture of the state moved into
     fl.place = timed("sample/generate/place", fl.place)
     st.play_chats = timed("sample", st.play_chats)
     st.step_metrics = timed("metrics", st.step_metrics)
@@ -172,7 +173,7 @@ def main():
         res["rows"] = {"samples": len(samples), "row_tokens": out.row_tokens, "padded_tokens": out.padded_tokens,
                        "microbatches": out.microbatches}
         hf = model.get_base_model()
-        for spec in args.variants.split(","):
+        for spec in filter(None, args.variants.split(",")):  # --variants "": none
             opts, ckpt, old_head, padded, pageable, replanned, eager_head = variant(spec)
             if ckpt:
                 from talktosolve.model.policy import enable_gradient_checkpointing

@@ -16,7 +16,11 @@ after ours in the same process, and is never imported by the package: it is a be
 
 vLLM on the GPU machine: its torch is 2.11, so the vLLM to carry (as wheels, with the dependencies that machine
 lacks) is the newest release whose metadata pins torch==2.11.0: 0.26.0 (0.27.0 to 0.29.0 pin torch 2.13.0,
-0.34.0 pins 2.14.0; 0.30.0 to 0.33.0 publish no metadata file on PyPI's simple index).
+0.34.0 pins 2.14.0; 0.30.0 to 0.33.0 publish no metadata file on PyPI's simple index). Its closure beyond what
+that machine has (torch and its CUDA libraries, transformers, tokenizers, numpy...) is 166 wheels, 1.05 GB
+(`bench/results/vllm_peer-h100-2026-12-05-wheels.txt`); installed with `pip install --no-deps --target DIR` and
+put first on PYTHONPATH for this script alone, since it brings numpy 2.3.5 (numba 0.65 and mistral-common want
+numpy < 2.4) where the machine has 2.5.2.
 
     python bench/gguf_to_folder.py tied.gguf /tmp/qwen-coder --dtype bfloat16
     python bench/vllm_peer.py --model /tmp/qwen-coder --gsm8k GSM8K_DIR --out vllm_peer.json

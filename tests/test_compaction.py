@@ -68,6 +68,29 @@ def test_greedy_rows_and_their_logprobs_are_the_same_when_the_batch_shrinks():
         assert torch.allclose(logp1[i, :len(row)], logp0[i, :len(row)], atol=1e-5)
 
 
+def test_calls_of_nearby_lengths_move_their_rows_into_the_same_smaller_states():
+    model = tiny()
+    batch, stops = staggered(model)
+    e = StaticEngine(model, stop_ids=stops, pad_id=0, greedy=True, compact_rows=True)
+    e.compact_least = 1
+    rows = []
+    with Moves() as moves:
+        for capacity in (110, 70):  # full-size lengths 128, then 96 (the pool the first sized)
+            rows.append(e.generate(batch, 24, capacity=capacity))
+    assert moves and rows[0] == rows[1]
+    assert {key[1] for key in e.graphs if key[0] == len(batch)} == {96, 128}
+    assert sorted(key for key in e.graphs if key[0] < len(batch)) == sorted({(size, 128) for size in moves})
+
+
+def test_the_graph_dropped_when_too_many_are_kept_is_the_least_recently_used(monkeypatch):
+    monkeypatch.setattr("talktosolve.sampling.fast_engine.MAX_GRAPHS", 2)
+    e = StaticEngine(tiny(), stop_ids=[], pad_id=0, greedy=True)
+    batch = prompts(97, [3, 5], seed=1)
+    for capacity in (96, 64, 96, 32):  # the first sizes the pool: no call regrows it (which drops every graph)
+        e.generate(batch, 4, capacity=capacity)
+    assert list(e.graphs) == [(2, 96), (2, 32)]
+
+
 def test_a_moved_row_keeps_its_slot():
     model = lora_model()
     e = StaticEngine(model, stop_ids=[], pad_id=0, greedy=True, slots=2, record_logprobs=True)

@@ -32,6 +32,13 @@ from talktosolve.sampling.fast_layers import columns
 from talktosolve.sampling.fast_layers import hold as layers_hold
 
 
+def length(L: int) -> int:
+    """The KV length of the states rows move into: a call's length `L` rounded up to a power of two, so that calls
+    of nearby lengths share those states and their captured graphs rather than capture their own each step. Less
+    than twice `L`, so a batch of at most half the call's rows fits the pool the call's own state sized."""
+    return 1 << max(L - 1, 0).bit_length()
+
+
 def bucket(live: int, rows: int, least: int) -> int | None:
     """The batch size `live` rows move into, or None when it would not halve a batch of `rows`."""
     size = max(least, 1 << max(live - 1, 0).bit_length())
@@ -142,8 +149,8 @@ def result(s, written: Written | None, made: int, record: bool) -> tuple[list[li
 
 
 def move(engine, s, written: Written, made: int, size: int, L: int, filled: int):
-    """Carry the rows of state `s` that are still writing into the state of `size` rows and length `L` (captured on
-    first use) and return it; `made`: the tokens every row has so far; `filled`: the cache columns written so far
+    """Carry the rows of state `s` that are still writing into the state of `size` rows and length `length(L)`
+    (captured on first use) and return it; `made`: the tokens every row has so far; `filled`: the cache columns written so far
     (the rest is carried no further). Padding rows after them are done from the start and attend only to the column
     they write."""
     keep = written.keep(s, made)
@@ -156,7 +163,7 @@ def move(engine, s, written: Written, made: int, size: int, L: int, filled: int)
     wrote = {key: s[key][index, :made] for key in ("out", "logp")}
     rows = torch.tensor([written.order[i] for i in keep], device=index.device)
     col, step, seed = s["col"].clone(), s["step"].clone(), s["seed"].clone()
-    t = engine._graph(size, L)
+    t = engine._graph(size, length(L))
     for key in ("k", "v"):
         t[key][:, :n, :, :filled].copy_(carried[key])
     for key in ("first", "tok", "pos"):

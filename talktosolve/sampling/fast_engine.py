@@ -284,8 +284,8 @@ class StaticEngine:
 
     def _graph(self, B, L):
         key = (B, L)
-        if key in self.graphs:
-            return self.graphs[key]
+        if key in self.graphs:  # moved to the end: the least recently used graph is the one dropped
+            return self.graphs.setdefault(key, self.graphs.pop(key))
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.pop(next(iter(self.graphs)))
         s = self._buffers(B, L)
