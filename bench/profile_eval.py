@@ -8,7 +8,14 @@ prefill, capture, hold and place; what is left of it is decode). With `--kernels
 first pass's first turn; 3 its last, the longest) also runs under the profiler and its CUDA kernels are
 tabled. `--set eval.n_problems=128` times a shorter stage of the same passes. Prints a table and writes JSON.
 
+With `--weights MODEL` (a folder or a GGUF file of real weights) the runs train on real chats and the
+evaluations play real ones, which stop where the model ends them; every engine call is then recorded in `calls`
+as `profile_step.py` records a step's (rows, limit, decode steps, rows still writing at each tenth of them).
+`--whole-batches` keeps every call's batch whole to its end (no `compaction`), the form to compare against.
+
     python bench/profile_eval.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out profile.json
+    python bench/profile_eval.py --weights MODEL_DIR --gsm8k GSM8K_DIR --out real.json
+    python bench/profile_eval.py --weights MODEL_DIR --gsm8k GSM8K_DIR --whole-batches --out whole.json
 """
 
 from __future__ import annotations
@@ -21,13 +28,17 @@ import time
 from pathlib import Path
 
 import torch
-from profile_step import COUNTS, TIMES, sync, timed
+from profile_step import COUNTS, TIMES, recorded, sync, timed
 from random_model import save_random_model
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--model-dir", help="a config and tokenizer for the random-init model (not with --weights)")
+    ap.add_argument("--weights", default="", help="real weights (a model folder or a GGUF file): chats stop where "
+                                                  "the model ends them")
+    ap.add_argument("--whole-batches", action="store_true",
+                    help="never move a call's rows into a smaller batch (`compaction`): the form before it")
     ap.add_argument("--gsm8k", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--together", type=int, default=6, help="eval.batch_evals (evaluations sharing engine passes)")
@@ -35,11 +46,14 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--set", action="append", default=[], help="config override, a.b=value")
     args = ap.parse_args()
+    if bool(args.model_dir) == bool(args.weights):
+        ap.error("give --model-dir (random weights of a real config) or --weights (real weights), one of the two")
 
     from transformers import AutoConfig, AutoTokenizer
 
     import talktosolve.experiment.evaluate as ev
     import talktosolve.experiment.recipe as rc
+    import talktosolve.sampling.compaction as compaction
     import talktosolve.sampling.fast_engine as fe
     import talktosolve.sampling.fast_layers as fl
     import talktosolve.sampling.rollout as ro
@@ -49,12 +63,18 @@ def main():
 
     cuda = args.device == "cuda"
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__}
+           "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
+           "weights": args.weights or "random", "whole_batches": args.whole_batches, "calls": []}
+    if args.whole_batches:
+        compaction.bucket = lambda *a: None
     with tempfile.TemporaryDirectory() as tmp:
-        config = AutoConfig.from_pretrained(args.model_dir)
-        save_random_model(config, AutoTokenizer.from_pretrained(args.model_dir), f"{tmp}/model", args.device)
-        over = merge_overrides({"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True},
-                                "data": {"gsm8k": args.gsm8k}, "device": args.device,
+        if args.weights:
+            model = {"model": {"name_or_path": args.weights}}
+        else:
+            config = AutoConfig.from_pretrained(args.model_dir)
+            save_random_model(config, AutoTokenizer.from_pretrained(args.model_dir), f"{tmp}/model", args.device)
+            model = {"model": {"name_or_path": f"{tmp}/model"}, "chat": {"force_max_length": True}}
+        over = merge_overrides({**model, "data": {"gsm8k": args.gsm8k}, "device": args.device,
                                 "train": {"steps": 1, "runs_per_process": 6}, "eval": {"batch_evals": args.together}},
                                parse_overrides(args.set))
         cfg = make_config("paper", over)
@@ -83,10 +103,10 @@ def main():
             print(table, flush=True)
             return out
 
-        fe.StaticEngine.generate = timed("play/generate", traced)
+        fe.StaticEngine.generate = timed("play/generate", recorded(traced, res["calls"]))
         fe.StaticEngine._read = timed("play/generate/prefill", fe.StaticEngine._read)
         fe.StaticEngine._graph = timed("play/generate/graph lookup or capture", fe.StaticEngine._graph)
-        fl.hold = timed("play/generate/hold", fl.hold)
+        compaction.hold = timed("play/generate/hold", compaction.hold)
         fl.place = timed("play/generate/place", fl.place)
         ev.reward.score_chats = timed("grade", ev.reward.score_chats)
         ev._write = timed("summaries and folders", ev._write)
