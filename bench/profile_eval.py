@@ -28,17 +28,13 @@ import time
 from pathlib import Path
 
 import torch
-from profile_step import COUNTS, TIMES, recorded, sync, timed
+from profile_step import COUNTS, TIMES, model_arguments, model_choice, recorded, sync, timed
 from random_model import save_random_model
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", help="a config and tokenizer for the random-init model (not with --weights)")
-    ap.add_argument("--weights", default="", help="real weights (a model folder or a GGUF file): chats stop where "
-                                                  "the model ends them")
-    ap.add_argument("--whole-batches", action="store_true",
-                    help="never move a call's rows into a smaller batch (`compaction`): the form before it")
+    model_arguments(ap)
     ap.add_argument("--gsm8k", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--together", type=int, default=6, help="eval.batch_evals (evaluations sharing engine passes)")
@@ -46,8 +42,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--set", action="append", default=[], help="config override, a.b=value")
     args = ap.parse_args()
-    if bool(args.model_dir) == bool(args.weights):
-        ap.error("give --model-dir (random weights of a real config) or --weights (real weights), one of the two")
+    model_choice(ap, args)
 
     from transformers import AutoConfig, AutoTokenizer
 
@@ -65,8 +60,6 @@ def main():
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
            "weights": args.weights or "random", "whole_batches": args.whole_batches, "calls": []}
-    if args.whole_batches:
-        compaction.bucket = lambda *a: None
     with tempfile.TemporaryDirectory() as tmp:
         if args.weights:
             model = {"model": {"name_or_path": args.weights}}

@@ -90,9 +90,29 @@ def replanned_microbatches(rows, max_tokens):
     return out + ([batch] if batch else [])
 
 
+def model_arguments(ap) -> None:
+    """The model a profile runs on: random weights of a real config, or real weights; and whether calls keep their
+    batches whole (the form before `compaction`)."""
+    ap.add_argument("--model-dir", help="a config and tokenizer for the random-init model (not with --weights)")
+    ap.add_argument("--weights", default="", help="real weights (a model folder or a GGUF file) instead of random "
+                                                  "ones: messages stop where the model ends them")
+    ap.add_argument("--whole-batches", action="store_true",
+                    help="never move a call's rows into a smaller batch (`compaction`): the form before it")
+
+
+def model_choice(ap, args) -> None:
+    """Refuse both or neither of --model-dir and --weights; with --whole-batches, no call's rows ever move."""
+    if bool(args.model_dir) == bool(args.weights):
+        ap.error("give --model-dir (random weights of a real config) or --weights (real weights), one of the two")
+    if args.whole_batches:
+        import talktosolve.sampling.compaction as compaction
+
+        compaction.bucket = lambda *a: None
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", help="a config and tokenizer for the random-init model (not with --weights)")
+    model_arguments(ap)
     ap.add_argument("--gsm8k", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=4)
@@ -109,14 +129,9 @@ def main():
                     help="runs in one process (`train.runs_per_process`, seeds 0, 1, ...): the parts of a shared step, "
                          "summed over its runs; no learner settings are timed")
     ap.add_argument("--layers", type=int, default=0, help="build the model with this many layers (a CPU smoke run)")
-    ap.add_argument("--weights", default="", help="real weights (a model folder or a GGUF file) instead of random "
-                                                  "ones: messages stop where the model ends them")
     ap.add_argument("--set", action="append", default=[], help="config override for the train loop, a.b=value")
-    ap.add_argument("--whole-batches", action="store_true",
-                    help="never move a call's rows into a smaller batch (`compaction`): the form before it")
     args = ap.parse_args()
-    if bool(args.model_dir) == bool(args.weights):
-        ap.error("give --model-dir (random weights of a real config) or --weights (real weights), one of the two")
+    model_choice(ap, args)
 
     from transformers import AutoConfig, AutoTokenizer
 
@@ -136,8 +151,6 @@ def main():
     stand_in_rewards()  # every message trained, as if every group's chats scored differently
     import talktosolve.sampling.compaction as compaction
 
-    if args.whole_batches:
-        compaction.bucket = lambda *a: None
     # The parts of a step, each timed on its own (nested timers: generate holds prefill, capture, refresh...).
     ro._encode = timed("sample/encode_views", ro._encode)
     rw.score_chats = timed("grade", rw.score_chats)

@@ -32,16 +32,21 @@ from talktosolve.sampling.fast_layers import columns
 from talktosolve.sampling.fast_layers import hold as layers_hold
 
 
+def _power_of_two(n: int) -> int:
+    """The least power of two at or above `n` (1 for 0)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def length(L: int) -> int:
     """The KV length of the states rows move into: a call's length `L` rounded up to a power of two, so that calls
     of nearby lengths share those states and their captured graphs rather than capture their own each step. Less
     than twice `L`, so a batch of at most half the call's rows fits the pool the call's own state sized."""
-    return 1 << max(L - 1, 0).bit_length()
+    return _power_of_two(L)
 
 
 def bucket(live: int, rows: int, least: int) -> int | None:
     """The batch size `live` rows move into, or None when it would not halve a batch of `rows`."""
-    size = max(least, 1 << max(live - 1, 0).bit_length())
+    size = max(least, _power_of_two(live))
     return size if 2 * size <= rows else None
 
 
