@@ -111,10 +111,12 @@ def test_a_moved_row_keeps_its_slot():
         torch.testing.assert_close(runs[0][2][i, :len(row)], runs[1][2][i, :len(row)], atol=1e-5, rtol=0)
 
 
-def test_a_session_kept_through_moves_serves_the_next_turn_as_the_whole_batch_would():
+@pytest.mark.parametrize("limit", [24, 3])
+def test_a_session_kept_through_moves_serves_the_next_turn_as_the_whole_batch_would(limit):
     """A copy's turn whose rows move still leaves every row's K/V with its session: the next turn reads only its
     new tokens and writes what a fresh engine reading every prompt whole writes, and what the turn gives without
-    moving."""
+    moving. At a limit of 3 the rows that ended before the move (the longest prompts among them) hold more columns
+    than any row's prompt and message: the session keeps each row's own."""
     model = tiny()
     batch, stops = staggered(model)
     said, second = {}, {}
@@ -124,7 +126,7 @@ def test_a_session_kept_through_moves_serves_the_next_turn_as_the_whole_batch_wo
         e.compact_least = 1
         session = Session()
         with Moves() as moves:
-            said[compact] = e.generate(batch, 24, session=session)
+            said[compact] = e.generate(batch, limit, session=session)
         assert bool(moves) == compact
         extra = prompts(97, [2 + i % 5 for i in range(len(batch))], seed=4)
         turn = [p + m + x for p, m, x in zip(batch, said[compact], extra)]

@@ -126,10 +126,10 @@ def hold(session, s, written: Written | None, prompts, rows, T: int) -> None:
     shape = (s["k"].shape[0], len(prompts), s["k"].shape[2], n, s["k"].shape[4])
     k, v = (s["k"].new_zeros(shape) for _ in range(2))
     for where, bk, bv in blocks:  # columns past a row's own length are never read (`reusable` stops at its ids)
-        w = min(n, bk.shape[3])
+        w = min(n, bk.shape[3])  # a block kept at a move may be wider than every row's held length
         index = torch.tensor(where, device=k.device)
-        k[:, index, :, :w] = bk[..., :w]
-        v[:, index, :, :w] = bv[..., :w]
+        k[:, index, :, :w] = bk[:, :, :, :w]
+        v[:, index, :, :w] = bv[:, :, :, :w]
     session.ids, session.k, session.v = held, k, v
 
 
