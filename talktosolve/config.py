@@ -251,9 +251,9 @@ class EvalConfig:
     (under greedy decoding they are the same chats). A pass then holds up to this many x `batch_chats` chats;
     the evaluations are split into groups as equal as this allows (20 at 6: four of 5), which share one engine.
     1: one evaluation at a time, each with its own engines. Full fine-tuning always evaluates one at a time.
-    Worth it with memory to spare (80 GB and up): past 128 chats a pass, decode is no longer bound by reading the
-    weights, so playing 6 together saves about a fifth of the evaluation stage at about twice the peak memory
-    (docs/performance.md#evaluation)."""
+    Worth it with memory to spare: past 128 chats a pass, decode is no longer bound by reading the weights, so
+    playing several together shortens the evaluation stage, and each adds `batch_chats` chats' KV cache to a pass
+    (docs/performance.md#evaluation measures both; running out of memory names this setting)."""
     seed: int = setting(1234, EVAL)
     """Sampling seed of evaluation (same for every model, so comparisons are paired)."""
     influence: bool = setting(False)

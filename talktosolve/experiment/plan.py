@@ -145,3 +145,11 @@ def planned_evals(arms, lines: list[tuple[str, str, bool]], seeds, seats, cross_
 def replayed_teams(specs: list[EvalSpec]) -> list[EvalSpec]:
     """The evaluations the influence stage replays: one model in every seat (the untrained team, each run)."""
     return [spec for spec in specs if len(set(spec.seats)) == 1 and spec.roles is None]
+
+
+def headline_first(specs: list[EvalSpec]) -> list[EvalSpec]:
+    """The same evaluations, those of one model in every seat first (each arm's untrained team and each run's own:
+    the arms' comparison), then the rest, each part in its order. Evaluations played together run in this order,
+    so a recipe stopped during them (a lease that ends, memory that runs out) already holds its comparison."""
+    own = set(replayed_teams(specs))
+    return [s for s in specs if s in own] + [s for s in specs if s not in own]

@@ -20,7 +20,8 @@ changed setting made stale.
 The plan (`plan.py`: which runs a config trains, which evaluations it makes) and the assembly of results.json
 (`assemble.py`) live apart; this module runs the stages in order. Each evaluation runs as soon as the runs it
 seats are trained; with `eval.batch_evals=N` (N > 1) every run trains first and the evaluations then run N at a
-time in shared engine passes (`evaluate.evaluate_teams`), each still written to its own folder.
+time in shared engine passes (`evaluate.evaluate_teams`), the teams of one model in every seat first
+(`plan.headline_first`), each still written to its own folder.
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ from talktosolve.config import Config
 from talktosolve.cpu_pins import is_cpu_run, late, pin_cpu
 from talktosolve.experiment.assemble import build_results
 from talktosolve.experiment.evaluate import Team, evaluate_teams
-from talktosolve.experiment.plan import EvalSpec, Line, recipe_evals, replayed_teams, run_name, trained_lines
+from talktosolve.experiment.plan import (
+    EvalSpec,
+    Line,
+    headline_first,
+    recipe_evals,
+    replayed_teams,
+    run_name,
+    trained_lines,
+)
 from talktosolve.experiment.train import train, train_runs
 from talktosolve.protocol import Protocol, protocol_of
 from talktosolve.store import write_json
@@ -104,7 +113,9 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
                 if spec not in evals and name in spec.seats and set(spec.seats) - {None} <= trained and not together:
                     evals[spec] = ev(spec)
     if together:
-        evals = dict(zip(specs, evaluate_teams(cfg, [team(spec) for spec in specs], test_set, progress=progress)))
+        order = headline_first(specs)
+        played = dict(zip(order, evaluate_teams(cfg, [team(spec) for spec in order], test_set, progress=progress)))
+        evals = {spec: played[spec] for spec in specs}
     influence = replay_teams(cfg, out, specs, evals, progress) if cfg.eval.influence else None
     results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, influence)
     results["run"]["started"] = started
