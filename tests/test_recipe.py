@@ -199,11 +199,21 @@ def test_one_arm_recipe_has_a_null_comparison_and_a_report(tiny_model_dir, tmp_p
     assert "no chat-cut comparison" in (out / "report.md").read_text(encoding="utf-8")
 
 
-def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tmp_path):
+def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tmp_path, monkeypatch):
+    """Also: with every run trained before the evaluations, the teams of one model in every seat are evaluated
+    before any cross-play (a recipe stopped during its evaluations has the arms' comparison)."""
+    from talktosolve.experiment import recipe as recipe_module
+
+    played = []
+    real = recipe_module.evaluate_teams
+    monkeypatch.setattr(recipe_module, "evaluate_teams", lambda cfg, teams, *a, **k: played.extend(
+        t.out_dir.name for t in teams) or real(cfg, teams, *a, **k))
     out = tmp_path / "rec"
     assert recipe(tiny_model_dir, out, "train.runs_per_process=2", "seeds=0", "train.steps=1",
                   "model.finetune=lora") == 0
     for name in ("chat-s0", "cut-s0"):
         rows = [json.loads(line) for line in (out / "runs" / name / "metrics.jsonl").read_text().splitlines()]
         assert rows and all(r["perf/shared_runs"] == 2 for r in rows)
-    validate_results(json.loads((out / "results.json").read_text()))
+    results = json.loads((out / "results.json").read_text())
+    validate_results(results)
+    assert played[:4] == ["base-chat", "base-cut", "chat-s0", "cut-s0"] and sorted(played) == sorted(results["evals"])

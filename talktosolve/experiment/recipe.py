@@ -20,8 +20,9 @@ changed setting made stale.
 The plan (`plan.py`: which runs a config trains, which evaluations it makes) and the assembly of results.json
 (`assemble.py`) live apart; this module runs the stages in order. Each evaluation runs as soon as the runs it
 seats are trained; with `eval.batch_evals=N` (N > 1) every run trains first and the evaluations then run N at a
-time in shared engine passes (`evaluate.evaluate_teams`), the teams of one model in every seat first
-(`plan.headline_first`), each still written to its own folder.
+time in shared engine passes (`evaluate.evaluate_teams`), each still written to its own folder. Where every run
+trains before the evaluations (those, `parallel_runs` or `train.runs_per_process` above 1), the teams of one model
+in every seat go first (`plan.headline_first`), so a recipe stopped during its evaluations holds the comparison.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
     for spec in specs:
         if all(run is None for run in spec.seats) and not together:
             evals[spec] = ev(spec)
+    # Runs trained above (in parallel, or several to a process) are done before any evaluation: theirs go after,
+    # the teams' own first, as evaluations played together do.
+    later = together or cfg.parallel_runs > 1 or cfg.train.runs_per_process > 1
     trained: set[str] = set()
     for line in lines:
         for seed in cfg.seeds:
@@ -110,12 +114,15 @@ def run_recipe(cfg: Config, out: Path, *, preset: str = "custom", progress: bool
             trained.add(name)
             # Each evaluation as soon as every run it seats is trained.
             for spec in specs:
-                if spec not in evals and name in spec.seats and set(spec.seats) - {None} <= trained and not together:
+                if spec not in evals and name in spec.seats and set(spec.seats) - {None} <= trained and not later:
                     evals[spec] = ev(spec)
+    pending = [spec for spec in headline_first(specs) if spec not in evals]
     if together:
-        order = headline_first(specs)
-        played = dict(zip(order, evaluate_teams(cfg, [team(spec) for spec in order], test_set, progress=progress)))
-        evals = {spec: played[spec] for spec in specs}
+        evals.update(zip(pending, evaluate_teams(cfg, [team(spec) for spec in pending], test_set, progress=progress)))
+    else:
+        for spec in pending:
+            evals[spec] = ev(spec)
+    evals = {spec: evals[spec] for spec in specs}
     influence = replay_teams(cfg, out, specs, evals, progress) if cfg.eval.influence else None
     results = build_results(cfg, out, evals, train_set + test_set, eligibility, preset, influence)
     results["run"]["started"] = started
