@@ -7,6 +7,8 @@
 #   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
 #   bash bench/real_weights.sh pack DEST [all]        # results, report, plots, logs (no weights) as one tar
+#   bash bench/real_weights.sh keep DIR               # the folder in 16 MiB pieces that a later lease resumes from
+#   bash bench/real_weights.sh resume DIR             # (next lease, pieces carried in) unpack them, then `start`
 #
 # The run is `talktosolve recipe --preset $PRESET` (default paper) with the model and GSM8K folder below and six runs per process.
 # Run again after an interruption, `start` resumes the same folder (the recipe is resumable step by step).
@@ -67,8 +69,32 @@ pack)
     tar -C "$RUN" "${skip[@]}" -czf "$2" . -C "$WORK" recipe.log starts.log
     ls -l "$2"
     ;;
+keep)
+    # A lease ends and keeps nothing: $2 gets the recipe folder in 16 MiB pieces (keep.tar.000, ...), each finished
+    # run with its final weights and no checkpoints, each unfinished run with its newest checkpoint alone (about
+    # 440 MB for a paper run: 37M adapter parameters and two Adam moments in fp32). Bring them back four a call
+    # ($OUT holds 64 MiB), carry them to the next lease and `resume` there; `start` then goes on from the checkpoint.
+    mkdir -p "$2"
+    skip=()
+    for r in "$RUN"/runs/*/; do
+        name=runs/$(basename "$r")
+        if [ -f "$r/done.json" ]; then skip+=(--exclude="./$name/checkpoints"); continue; fi
+        newest=$(ls -d "$r"checkpoints/step-* 2>/dev/null | tail -n 1)
+        for c in "$r"checkpoints/*; do
+            [ -e "$c" ] && [ "$c" != "$newest" ] && skip+=(--exclude="./$name/checkpoints/$(basename "$c")")
+        done
+    done
+    tar -C "$RUN" "${skip[@]}" -cf - . | split -b 16777216 -d -a 3 - "$2/keep.tar."
+    ls -l "$2"
+    ;;
+resume)
+    # $2: the pieces `keep` wrote, carried in; unpacked into the recipe folder.
+    mkdir -p "$RUN"
+    cat "$2"/keep.tar.* | tar -x -C "$RUN"
+    ls "$RUN/runs"
+    ;;
 *)
-    echo "usage: bash bench/real_weights.sh take PIECE | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all]" >&2
+    echo "usage: bash bench/real_weights.sh take PIECE | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | keep DIR | resume DIR" >&2
     exit 2
     ;;
 esac
