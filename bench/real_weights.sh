@@ -71,17 +71,24 @@ pack)
     ;;
 keep)
     # A lease ends and keeps nothing: $2 gets the recipe folder in 16 MiB pieces (keep.tar.000, ...), each finished
-    # run with its final weights and no checkpoints, each unfinished run with its newest checkpoint alone (about
-    # 440 MB for a paper run: 37M adapter parameters and two Adam moments in fp32). Bring them back four a call
-    # ($OUT holds 64 MiB), carry them to the next lease and `resume` there; `start` then goes on from the checkpoint.
+    # run with its final weights and no checkpoints, each unfinished run with one checkpoint: the newest step that
+    # every unfinished run has (runs sharing a process resume together from it), about 440 MB for a paper run
+    # (37M adapter parameters and two Adam moments in fp32). Bring them back four a call ($OUT holds 64 MiB),
+    # carry them to the next lease and `resume` there; `start` then goes on from that checkpoint.
     mkdir -p "$2"
-    skip=()
+    skip=() common= first=1
+    for r in "$RUN"/runs/*/; do
+        [ -f "$r/done.json" ] && continue
+        steps=$(ls "$r"checkpoints 2>/dev/null | { grep '^step-' || true; } | sort || true)
+        if [ $first = 1 ]; then common=$steps; first=0; else common=$(comm -12 <(echo "$common") <(echo "$steps")); fi
+    done
+    keep=$(echo "$common" | { grep . || true; } | tail -n 1)
+    [ $first = 1 ] || [ -n "$keep" ] || echo "no checkpoint step common to the unfinished runs: they start over" >&2
     for r in "$RUN"/runs/*/; do
         name=runs/$(basename "$r")
         if [ -f "$r/done.json" ]; then skip+=(--exclude="./$name/checkpoints"); continue; fi
-        newest=$(ls -d "$r"checkpoints/step-* 2>/dev/null | tail -n 1)
         for c in "$r"checkpoints/*; do
-            [ -e "$c" ] && [ "$c" != "$newest" ] && skip+=(--exclude="./$name/checkpoints/$(basename "$c")")
+            [ -e "$c" ] && [ "$(basename "$c")" != "$keep" ] && skip+=(--exclude="./$name/checkpoints/$(basename "$c")")
         done
     done
     tar -C "$RUN" "${skip[@]}" -cf - . | split -b 16777216 -d -a 3 - "$2/keep.tar."
