@@ -11,7 +11,7 @@ a GPU. The row-steps (tokens written) are the same under both; what changes is h
 and so how many rows each step carries. Not counted: the prefill each turn switch needs (the message read into
 the partner's cache), which the turn-by-turn engine pays once per turn for every row together.
 
-    python bench/turn_overlap.py RECIPE_DIR --out overlap.json [--batch-chats 128 --batch-evals 3]
+    python bench/turn_overlap.py RECIPE_DIR --out overlap.json [--batch-chats 128 --batch-evals 3 --order A,B,...]
 
 RECIPE_DIR holds runs/*/transcripts.jsonl and evals/*/chats.jsonl, as a recipe writes them.
 """
@@ -53,9 +53,12 @@ def training_calls(recipe: Path) -> list[list[list[int]]]:
     return [steps[s] for s in sorted(steps)]
 
 
-def evaluation_calls(recipe: Path, batch_chats: int, batch_evals: int) -> list[list[list[int]]]:
-    """One call per pass: `batch_evals` evaluations (in name order) played together, `batch_chats` chats of each."""
-    evals = [[lengths(json.loads(line)) for line in p.open()] for p in sorted(recipe.glob("evals/*/chats.jsonl"))]
+def evaluation_calls(recipe: Path, batch_chats: int, batch_evals: int,
+                     order: list[str] | None = None) -> list[list[list[int]]]:
+    """One call per pass: `batch_evals` evaluations played together, `batch_chats` chats of each; the evaluations
+    in `order` (their folder names, as the recipe played them), else in name order."""
+    names = order or sorted(p.parent.name for p in recipe.glob("evals/*/chats.jsonl"))
+    evals = [[lengths(json.loads(line)) for line in (recipe / "evals" / n / "chats.jsonl").open()] for n in names]
     calls = []
     for g in range(0, len(evals), batch_evals):
         group = evals[g:g + batch_evals]
@@ -69,13 +72,20 @@ def main() -> None:
     ap.add_argument("recipe", type=Path, help="a recipe folder with runs/*/transcripts.jsonl, evals/*/chats.jsonl")
     ap.add_argument("--batch-chats", type=int, default=128, help="eval.batch_chats the evaluations ran with")
     ap.add_argument("--batch-evals", type=int, default=3, help="eval.batch_evals the evaluations ran with")
+    ap.add_argument("--order", default="", help="the evaluations in the order the recipe played them, their folder "
+                                                "names comma-separated (default: name order)")
     ap.add_argument("--out", type=Path, help="write the figures here as JSON")
     args = ap.parse_args()
+    order = [n for n in args.order.split(",") if n]
+    missing = [n for n in order if not (args.recipe / "evals" / n / "chats.jsonl").is_file()]
+    if missing:
+        raise SystemExit(f"--order names {', '.join(missing)}, with no evals/NAME/chats.jsonl in {args.recipe}.")
     found = {"training steps": training_calls(args.recipe),
-             "evaluation passes": evaluation_calls(args.recipe, args.batch_chats, args.batch_evals)}
+             "evaluation passes": evaluation_calls(args.recipe, args.batch_chats, args.batch_evals, order)}
     if not any(found.values()):
         raise SystemExit(f"{args.recipe}: no runs/*/transcripts.jsonl or evals/*/chats.jsonl to read.")
     out = {"recipe": str(args.recipe), "batch_chats": args.batch_chats, "batch_evals": args.batch_evals,
+           "order": order or "by name",
            "kinds": {kind: counts(calls) for kind, calls in found.items() if calls}}
     print(f"{'calls':18} {'n':>5} {'rows':>5} {'steps, turn by turn':>20} {'carried on':>11} {'ratio':>6} "
           f"{'rows writing':>13}")

@@ -40,3 +40,6 @@ def test_calls_are_grouped_as_the_recipe_played_them(tmp_path):
     passes = turn_overlap.evaluation_calls(tmp_path, batch_chats=2, batch_evals=2)
     assert [len(p) for p in passes] == [4, 4, 2, 2, 2, 1]  # evaluations a and b together, then c alone
     assert passes[0] == [[0, 1], [1, 1], [0, 1], [1, 1]]
+    write(tmp_path / "evals" / "c" / "chats.jsonl", [chat([9, 1]) for _ in range(5)])
+    played = turn_overlap.evaluation_calls(tmp_path, batch_chats=2, batch_evals=2, order=["c", "a", "b"])
+    assert played[0] == [[9, 1], [9, 1], [0, 1], [1, 1]]  # c and a together, in the order played
