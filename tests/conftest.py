@@ -87,6 +87,18 @@ class RecipeRun:
     """What the command printed."""
 
 
+@pytest.fixture
+def evaluation_order(monkeypatch) -> list[str]:
+    """The evaluation folders the recipe hands to `evaluate_teams`, in the order it hands them (filled as it runs)."""
+    from talktosolve.experiment import recipe
+
+    played: list[str] = []
+    real = recipe.evaluate_teams
+    monkeypatch.setattr(recipe, "evaluate_teams", lambda cfg, teams, *a, **k: played.extend(
+        t.out_dir.name for t in teams) or real(cfg, teams, *a, **k))
+    return played
+
+
 @pytest.fixture(scope="session")
 def tiny_recipe(tiny_model_dir, tmp_path_factory) -> RecipeRun:
     """`talktosolve recipe --preset tiny` on the tiny model, run once for every test that reads a recipe folder."""

@@ -156,16 +156,11 @@ def test_an_out_of_memory_in_evaluations_played_together_names_batch_evals():
 
 @pytest.mark.slow
 def test_the_recipe_with_batch_evals_writes_every_evaluation_and_reruns_as_a_no_op(tiny_model_dir, tmp_path,
-                                                                                   monkeypatch):
+                                                                                   evaluation_order):
     """Also: the teams of one model in every seat are played first (a recipe stopped during its evaluations has
     the arms' comparison)."""
     from talktosolve.cli import main
-    from talktosolve.experiment import recipe
     from talktosolve.experiment.results import validate_results
-
-    played = []
-    monkeypatch.setattr(recipe, "evaluate_teams", lambda cfg, teams, *a, **k: played.extend(
-        t.out_dir.name for t in teams) or evaluate_teams(cfg, teams, *a, **k))
 
     args = ["recipe", "--preset", "tiny", "--out", str(tmp_path / "rec"), "--quiet",
             "--set", f"model.name_or_path={tiny_model_dir}", "--set", "model.finetune=lora",
@@ -176,7 +171,7 @@ def test_the_recipe_with_batch_evals_writes_every_evaluation_and_reruns_as_a_no_
     folders = sorted(p.parent.name for p in (tmp_path / "rec" / "evals").glob("*/summary.json"))
     assert folders == sorted(results["evals"]) and len(folders) == 14
     own = ["base-chat", "base-cut", "chat-s0", "chat-s1", "cut-s0", "cut-s1"]
-    assert played[:6] == own and sorted(played) == folders
+    assert evaluation_order[:6] == own and sorted(evaluation_order) == folders
     before = {p: p.read_bytes() for p in (tmp_path / "rec" / "evals").glob("*/summary.json")}
     assert main(args[:-1] + ["eval.batch_evals=1"]) == 0
     assert {p: p.read_bytes() for p in (tmp_path / "rec" / "evals").glob("*/summary.json")} == before

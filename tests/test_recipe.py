@@ -199,15 +199,9 @@ def test_one_arm_recipe_has_a_null_comparison_and_a_report(tiny_model_dir, tmp_p
     assert "no chat-cut comparison" in (out / "report.md").read_text(encoding="utf-8")
 
 
-def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tmp_path, monkeypatch):
+def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tmp_path, evaluation_order):
     """Also: with every run trained before the evaluations, the teams of one model in every seat are evaluated
     before any cross-play (a recipe stopped during its evaluations has the arms' comparison)."""
-    from talktosolve.experiment import recipe as recipe_module
-
-    played = []
-    real = recipe_module.evaluate_teams
-    monkeypatch.setattr(recipe_module, "evaluate_teams", lambda cfg, teams, *a, **k: played.extend(
-        t.out_dir.name for t in teams) or real(cfg, teams, *a, **k))
     out = tmp_path / "rec"
     assert recipe(tiny_model_dir, out, "train.runs_per_process=2", "seeds=0", "train.steps=1",
                   "model.finetune=lora") == 0
@@ -216,4 +210,5 @@ def test_runs_per_process_trains_the_recipe_runs_side_by_side(tiny_model_dir, tm
         assert rows and all(r["perf/shared_runs"] == 2 for r in rows)
     results = json.loads((out / "results.json").read_text())
     validate_results(results)
-    assert played[:4] == ["base-chat", "base-cut", "chat-s0", "cut-s0"] and sorted(played) == sorted(results["evals"])
+    assert evaluation_order[:4] == ["base-chat", "base-cut", "chat-s0", "cut-s0"]
+    assert sorted(evaluation_order) == sorted(results["evals"])
