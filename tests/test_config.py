@@ -122,7 +122,8 @@ def _added_later(cfg, written: dict) -> dict:
 
 @pytest.mark.parametrize("folder", ["paper-steady-qwen2.5-coder-1.5b/seeds-0-2",
                                     "paper-informative-qwen2.5-coder-1.5b/chat-seeds-0-5",
-                                    "paper-stable-qwen2.5-coder-1.5b/chat-seeds-0-5"])
+                                    "paper-stable-qwen2.5-coder-1.5b/chat-seeds-0-5",
+                                    "paper-stable-pairs-qwen2.5-coder-1.5b/seed-0"])
 def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records(folder):
     """The run's config.json is what its provenance's command makes of the preset as committed: a preset edited
     after the run would describe a run that was never made. Settings added since, which do not count in it, are
