@@ -7,6 +7,7 @@
 #   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
 #   bash bench/real_weights.sh pack DEST [all]        # results, report, plots, logs (no weights) as one tar
+#   bash bench/real_weights.sh stop                   # SIGTERM: the recipe stops after its step, checkpoints there
 #   bash bench/real_weights.sh keep DIR               # the folder in 16 MiB pieces that a later lease resumes from
 #   bash bench/real_weights.sh resume DIR             # (next lease, pieces carried in) unpack them, then `start`
 #
@@ -69,12 +70,23 @@ pack)
     tar -C "$RUN" "${skip[@]}" -czf "$2" . -C "$WORK" recipe.log starts.log
     ls -l "$2"
     ;;
+stop)
+    # Before the lease ends: the recipe stops when the training step in progress ends, every run's checkpoint saved
+    # there (talktosolve/experiment/stopping.py), so `keep` loses no step. In its evaluations it ends at once (the
+    # finished ones are kept).
+    pkill -TERM -f 'talktosolve.cli recip[e]' || { echo "no recipe is running" >&2; exit 1; }
+    while pgrep -f 'talktosolve.cli recip[e]' > /dev/null; do sleep 1; done
+    grep -v -i warn "$WORK/recipe.log" | tail -n 1 || true
+    ls "$RUN"/runs/*/checkpoints 2>/dev/null || true
+    ;;
 keep)
-    # A lease ends and keeps nothing: $2 gets the recipe folder in 16 MiB pieces (keep.tar.000, ...), each finished
+    # A lease ends and keeps nothing: $2 gets the recipe folder gzipped in 16 MiB pieces (keep.tgz.000, ...), each finished
     # run with its final weights and no checkpoints, each unfinished run with one checkpoint: the newest step that
     # every unfinished run has (runs sharing a process resume together from it), about 440 MB for a paper run
-    # (37M adapter parameters and two Adam moments in fp32). Bring them back four a call ($OUT holds 64 MiB),
-    # carry them to the next lease and `resume` there; `start` then goes on from that checkpoint.
+    # (37M adapter parameters and two Adam moments in fp32; `stop` first puts it at the last step). gzip -1
+    # shrinks the transcripts, not the weights: a pair of paper-stable runs at step 60 was 51 pieces, 73 without.
+    # Bring them back four a call ($OUT holds 64 MiB), carry them to the next lease and `resume` there; `start`
+    # then goes on from that checkpoint.
     mkdir -p "$2"
     skip=() common= first=1
     for r in "$RUN"/runs/*/; do
@@ -91,17 +103,18 @@ keep)
             [ -e "$c" ] && [ "$(basename "$c")" != "$keep" ] && skip+=(--exclude="./$name/checkpoints/$(basename "$c")")
         done
     done
-    tar -C "$RUN" "${skip[@]}" -cf - . | split -b 16777216 -d -a 3 - "$2/keep.tar."
+    tar -C "$RUN" "${skip[@]}" -cf - . | gzip -1 | split -b 16777216 -d -a 3 - "$2/keep.tgz."
     ls -l "$2"
     ;;
 resume)
-    # $2: the pieces `keep` wrote, carried in; unpacked into the recipe folder.
+    # $2: the pieces `keep` wrote, carried in; unpacked into the recipe folder (keep.tar.*: as kept before gzip).
     mkdir -p "$RUN"
-    cat "$2"/keep.tar.* | tar -x -C "$RUN"
+    if compgen -G "$2/keep.tgz.*" > /dev/null; then cat "$2"/keep.tgz.* | tar -xz -C "$RUN"
+    else cat "$2"/keep.tar.* | tar -x -C "$RUN"; fi
     ls "$RUN/runs"
     ;;
 *)
-    echo "usage: bash bench/real_weights.sh take PIECE | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | keep DIR | resume DIR" >&2
+    echo "usage: bash bench/real_weights.sh take PIECE | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR" >&2
     exit 2
     ;;
 esac

@@ -390,9 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                   "same command to resume.", file=sys.stderr)
             return 28
         raise
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or a signal that stopped training at a step (stopping.Stopped)
+        print(f"{e or 'interrupted'}: rerun the same command to resume", file=sys.stderr)
+        return getattr(e, "code", 130)
 
 
 if __name__ == "__main__":

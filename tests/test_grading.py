@@ -215,6 +215,23 @@ def test_a_timeout_does_not_make_the_next_comparison_wait_for_a_worker_to_start(
     assert killed[1] < TIMEOUT + 0.5, f"{killed[1]:.2f}s"
 
 
+def test_the_worker_outlives_ctrl_c_and_sigterm_sent_to_its_process_group():
+    """A stop asked for by a signal lets the trainer finish its step; the worker must still be there to grade it
+    (a worker ended mid-comparison grades that answer wrong)."""
+    import os
+    import signal
+
+    import talktosolve.task.grading as grading
+
+    assert grade_answer(r"\boxed{\frac{1}{2}}", "0.5", timeout=10.0) is True  # a worker, started
+    worker = grading._worker
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        os.kill(worker.proc.pid, sig)
+    time.sleep(0.5)
+    assert worker.proc.poll() is None, "the worker ended on the signal"
+    assert grade_answer(r"\boxed{\sqrt{4}}", "2", timeout=10.0) is True and grading._worker is worker
+
+
 def test_hostile_batch_keeps_the_rest():
     finals = [r"\boxed{\frac{1}{2}}", r"\boxed{9^{9^{9^{9^{9}}}}}", r"\boxed{\sqrt{4}}", r"\boxed{3}"]
     result, seconds = timed(grade_many, finals, ["0.5", "1", "2", "3"], timeout=TIMEOUT)

@@ -146,3 +146,49 @@ def test_the_train_command_trains_one_run(tiny_model_dir, tmp_path, capsys):
             "--set", "train.runs_per_process=2"]
     assert main(args) == 2
     assert "talktosolve recipe" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_sigterm_keeps_each_shared_run_at_the_step_and_resuming_equals_uninterrupted(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch):
+    """Two learning runs in one process, checkpoints every 2 steps, a SIGTERM during step 0: both stop when step 0
+    ends, each with its own weights and optimizer at step 1 (swapped in before saving), and going on gives the
+    folders of a run never stopped."""
+    import os
+    import signal
+
+    import talktosolve.team.reward
+    from talktosolve.experiment.stopping import Stopped
+
+    rewards_by_arm(monkeypatch)
+    cfg = config(tiny_model_dir, lr=1e-2, steps=3, checkpoint_every=2)
+    train_set, _, _ = load_problems(cfg)
+
+    def runs(root):
+        return [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
+
+    train_runs(cfg, runs(tmp_path / "ref"), train_set, progress=False)
+    score, sent = talktosolve.team.reward.score_chats, []
+
+    def score_then_sigterm(chats, protocol):
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        score(chats, protocol)
+
+    monkeypatch.setattr(talktosolve.team.reward, "score_chats", score_then_sigterm)
+    stopped = runs(tmp_path / "stopped")
+    with pytest.raises(Stopped, match="after step 0 of 3") as info:
+        train_runs(cfg, stopped, train_set, progress=False)
+    assert info.value.code == 128 + signal.SIGTERM
+    for *_, out in stopped:
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001"]
+        assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0]
+    monkeypatch.setattr(talktosolve.team.reward, "score_chats", score)
+    train_runs(cfg, stopped, train_set, progress=False)
+    for (*_, ref), (*_, got) in zip(runs(tmp_path / "ref"), stopped):
+        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
+        a = load_file(str(ref / "final" / "adapter_model.safetensors"))
+        b = load_file(str(got / "final" / "adapter_model.safetensors"))
+        assert any(t.abs().max() > 0 for k, t in a.items() if "lora_B" in k), "the run learned"
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -234,3 +234,41 @@ def test_release_sampler_frees_the_engine_each_step_and_trains_the_same_run(tiny
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert without_times(read_jsonl(freed / "metrics.jsonl")) == without_times(read_jsonl(plain / "metrics.jsonl"))
     assert read_jsonl(freed / "transcripts.jsonl") == read_jsonl(plain / "transcripts.jsonl")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_there_and_resuming_equals_uninterrupted(
+        tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """Checkpoints every 2 steps; Ctrl-C during step 0. The run stops when step 0 ends, with a checkpoint at step 1
+    that the cadence would not have written, and the same command then finishes it as if never stopped."""
+    import os
+    import signal
+
+    import talktosolve.team.reward
+
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
+    extra = ["train.lr=1e-2", "train.steps=3", "train.checkpoint_every=2"]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    run_train(tiny_model_dir, whole, extra=extra)
+    pressed = []
+
+    def grade_then_ctrl_c(finals, golds):
+        if not pressed:
+            pressed.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return odd_length_is_right(finals, golds)
+
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", grade_then_ctrl_c)
+    assert main(train_args(tiny_model_dir, part, extra=extra)) == 130
+    assert "stopped by SIGINT after step 0 of 3, every run's checkpoint saved at step 1: rerun the same command" \
+        in capsys.readouterr().err
+    assert [r["step"] for r in read_jsonl(part / "metrics.jsonl")] == [0]
+    assert (part / "checkpoints" / "step-000001" / "state.json").exists() and not (part / "final").exists()
+    monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
+    run_train(tiny_model_dir, part, extra=extra)
+    a = load_file(str(whole / "final" / "adapter_model.safetensors"))
+    b = load_file(str(part / "final" / "adapter_model.safetensors"))
+    assert any(t.abs().max() > 0 for k, t in a.items() if "lora_B" in k), "the adapter must have moved"
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert without_times(read_jsonl(part / "metrics.jsonl")) == without_times(read_jsonl(whole / "metrics.jsonl"))
+    assert read_jsonl(part / "transcripts.jsonl") == read_jsonl(whole / "transcripts.jsonl")

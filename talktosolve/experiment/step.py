@@ -152,6 +152,17 @@ class Loop:
             drawn = batches.stop
         return groups, wanted
 
+    def keep(self, step: int, runs: list[Run]) -> None:
+        """Each run's checkpoint at the end of `step`, for a stop between checkpoints: its weights swapped into
+        the model first (runs sharing a process); one `learn` already saved there is not written again."""
+        partner = self.seating.partner
+        for run in runs:
+            if step + 1 in checkpoint.checkpoints(run.dir):
+                continue
+            swap_in(self.params, run)
+            if self.rank == 0:
+                checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
+
     def release(self) -> None:
         """The sampler's memory, given back before learning."""
         self.seating.release()

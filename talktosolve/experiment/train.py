@@ -20,7 +20,8 @@ of the step's first batch (the problems a step without the option would have dra
 from (`informative.py`); with a KL penalty, `loss/kl` is the k3 estimate per generated token.
 
 All randomness of step k is derived from (seed, k): which problems, and the sampling generator. So a resumed run
-needs only the weights, the optimizer and the step number to continue exactly as if never stopped.
+needs only the weights, the optimizer and the step number to continue exactly as if never stopped. A SIGTERM or
+Ctrl-C stops training after the step in progress, with every run's checkpoint saved there (`stopping.py`).
 
 With `train.partners`, a share of each step's problems seats a frozen partner (`train.partner`: the untrained
 base, a snapshot of this run, or a finished run; `frozen.py`) in one seat of all their chats, chosen from
@@ -50,6 +51,7 @@ from talktosolve.experiment.pool import PoolError, training_pool
 from talktosolve.experiment.seating import build as build_seating
 from talktosolve.experiment.seating import swap_in
 from talktosolve.experiment.step import Loop, Role, Run, fmt
+from talktosolve.experiment.stopping import stop_on_signal
 from talktosolve.learning import distributed
 from talktosolve.learning.grpo import NonFiniteLoss
 from talktosolve.model import checkpoint
@@ -209,44 +211,50 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
     first = min(run.start for run in pending)
     desc = f"train {pending[0].name}" if not shared else f"train {len(pending)} runs together"
     bar = tqdm(total=t.steps, initial=first, desc=desc, disable=not (progress and main), dynamic_ncols=True)
-    for step in range(first, t.steps):
-        began = time.perf_counter()
-        active = [run for run in pending if run.start <= step]  # a resumed run further along waits
-        if loop.gpu:
-            torch.cuda.reset_peak_memory_stats(device)
-        try:
-            loop.seat(step, active)
-            groups, wanted = loop.draw(step, active)
-            loop.release()
-            sample_seconds = (time.perf_counter() - began) / len(active)  # shared sampling: each run pays its share
-            peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if loop.gpu else None
-            rows = []
-            for run, mine, n in zip(active, groups, wanted):
-                rows.append(loop.learn(step, run, mine, n, len(active), sample_seconds, peak_sample))
-        except NonFiniteLoss as e:
-            bar.close()
-            kept = checkpoint.latest(run.dir)
-            where = f"Step {step} of {run.name}" if shared else f"Step {step}"
-            raise TrainingError(
-                f"{where}: {e}. The update was not applied; the last good checkpoint is "
-                f"{kept or 'none (no checkpoint yet)'}. Lower train.lr or raise train.grad_clip's strictness "
-                "(a smaller value), then rerun the same command to resume."
-            ) from e
-        except torch.cuda.OutOfMemoryError as e:
-            bar.close()
-            raise TrainingError(
-                f"Step {step}: the GPU ran out of memory. Lower train.chats_per_microbatch "
-                f"(now {t.chats_per_microbatch}) or train.microbatch_tokens (now {t.microbatch_tokens}; 0 means "
-                "by chats), turn on model.gradient_checkpointing or train.release_sampler, lower "
-                "train.problems_per_step or "
-                f"train.runs_per_process (now {t.runs_per_process}); rerun the same command to resume from the "
-                "last checkpoint."
-            ) from e
-        distributed.barrier()
-        sends = [r["talk/send"] for r in rows if r["talk/send"] is not None]  # the mean over the step's runs
-        bar.set_postfix(reward=f"{sum(r['train/reward'] for r in rows) / len(rows):.3f}",
-                        send=fmt(sum(sends) / len(sends) if sends else None))
-        bar.update(1)
+    with stop_on_signal() as stop:  # SIGTERM / Ctrl-C: stop after this step, a checkpoint kept there
+        for step in range(first, t.steps):
+            began = time.perf_counter()
+            active = [run for run in pending if run.start <= step]  # a resumed run further along waits
+            if loop.gpu:
+                torch.cuda.reset_peak_memory_stats(device)
+            try:
+                loop.seat(step, active)
+                groups, wanted = loop.draw(step, active)
+                loop.release()
+                # shared sampling: each run pays its share
+                sample_seconds = (time.perf_counter() - began) / len(active)
+                peak_sample = torch.cuda.max_memory_allocated(device) / 2**30 if loop.gpu else None
+                rows = []
+                for run, mine, n in zip(active, groups, wanted):
+                    rows.append(loop.learn(step, run, mine, n, len(active), sample_seconds, peak_sample))
+            except NonFiniteLoss as e:
+                bar.close()
+                kept = checkpoint.latest(run.dir)
+                where = f"Step {step} of {run.name}" if shared else f"Step {step}"
+                raise TrainingError(
+                    f"{where}: {e}. The update was not applied; the last good checkpoint is "
+                    f"{kept or 'none (no checkpoint yet)'}. Lower train.lr or raise train.grad_clip's strictness "
+                    "(a smaller value), then rerun the same command to resume."
+                ) from e
+            except torch.cuda.OutOfMemoryError as e:
+                bar.close()
+                raise TrainingError(
+                    f"Step {step}: the GPU ran out of memory. Lower train.chats_per_microbatch "
+                    f"(now {t.chats_per_microbatch}) or train.microbatch_tokens (now {t.microbatch_tokens}; 0 means "
+                    "by chats), turn on model.gradient_checkpointing or train.release_sampler, lower "
+                    "train.problems_per_step or "
+                    f"train.runs_per_process (now {t.runs_per_process}); rerun the same command to resume from the "
+                    "last checkpoint."
+                ) from e
+            distributed.barrier()
+            sends = [r["talk/send"] for r in rows if r["talk/send"] is not None]  # the mean over the step's runs
+            bar.set_postfix(reward=f"{sum(r['train/reward'] for r in rows) / len(rows):.3f}",
+                            send=fmt(sum(sends) / len(sends) if sends else None))
+            bar.update(1)
+            if step + 1 < t.steps and distributed.sum_scalar(float(stop.signum is not None), device):
+                bar.close()
+                loop.keep(step, active)
+                raise stop.stopped(step, t.steps)
     bar.close()
     for run in pending:
         swap_in(params, run)

@@ -114,8 +114,12 @@ def _fast(boxed: str, gold: str) -> bool | None:
 # ---- the math-verify worker -------------------------------------------------------------------------------------
 # A separate interpreter started with `python -c`: it imports only math-verify (not this package, not torch, not the
 # caller's __main__), so there is no fork-after-torch and no re-run of an unguarded script as with `spawn`.
+# It ignores SIGINT and SIGTERM: Ctrl-C or a SIGTERM to the process group would otherwise end it mid-comparison
+# (graded wrong) while the trainer finishes its step to stop there; it ends when its input closes or is killed.
 _WORKER_SOURCE = r"""
-import json, logging, sys
+import json, logging, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 logging.disable(logging.WARNING)
 try:
     from math_verify import parse, verify
