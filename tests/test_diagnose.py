@@ -41,6 +41,17 @@ def test_lengths_and_truncation_are_per_message_position():
     assert f["truncated"] == [0.5, 0.0]
 
 
+def test_signal_counts_every_drawn_group_whose_rewards_differ_not_only_those_learned_from():
+    """With informative groups a step learns from the first problems_per_step groups whose rewards differ; the
+    ones drawn beyond them carry no advantage in the transcripts, yet they had a signal."""
+    learned = [{**chat(0, "p", {}, {}, 1.0, 0.5), "draw": 0, "trained": True},
+               {**chat(0, "p", {}, {}, 0.0, -0.5), "draw": 0, "trained": True}]
+    beyond = [{**chat(0, problem, {}, {}, r, None), "draw": 0, "trained": False}
+              for problem in ("q", "r") for r in (1.0, 0.0)]
+    flat = [{**chat(0, "s", {}, {}, 0.0, None), "draw": 0, "trained": False} for _ in range(2)]
+    assert signal(learned + beyond + flat) == 3 / 4
+
+
 def test_signal_is_the_share_of_groups_with_a_nonzero_advantage():
     chats = [chat(0, "p", {}, {}, 1.0, 0.5), chat(0, "p", {}, {}, 0.0, -0.5),   # a group with signal
              chat(0, "q", {}, {}, 0.0, 0.0), chat(0, "q", {}, {}, 0.0, 0.0),    # all equal: none

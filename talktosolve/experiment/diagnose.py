@@ -11,8 +11,9 @@ Figures (each a share or a mean; None where nothing is defined):
 
 * `reward`: the team reward; `boxed`: the share of final answers with a balanced box (the answer the grader
   reads; `answers[seat]` is None without one); `right_when_boxed`: the share of boxed answers that are right.
-* `signal` (training only): the share of groups (a step's chats of one problem) with a non-zero advantage,
-  the groups the update learned from.
+* `signal` (training only): the share of groups (a step's chats of one problem) whose rewards differ, so that
+  some advantage is non-zero: the groups GRPO can learn from. With informative groups every group a step drew
+  counts, including those beyond the `problems_per_step` it learned from.
 * `tokens[t]`, `truncated[t]`: the mean length of message t and the share of them stopped at their limit.
 
 Each run ends with a *verdict* in words (`verdict`): the first rule of `RULES` that its figures meet, with the
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from talktosolve.learning.informative import informative
 from talktosolve.protocol import Protocol
 from talktosolve.store import read_json, read_jsonl, write_json
 
@@ -55,12 +57,13 @@ def chat_figures(chats: list[dict]) -> dict:
 
 
 def signal(chats: list[dict]) -> float | None:
-    """The share of groups (chats of one problem at one step) in which some chat has a non-zero advantage."""
-    groups: dict[tuple, bool] = defaultdict(bool)
+    """The share of groups (chats of one problem at one step) whose rewards differ. Read from the rewards, not the
+    advantages: with informative groups, a group drawn beyond those the step learned from has no advantage
+    recorded, and counting only advantages would cap the share at the groups learned from over those drawn."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
     for c in chats:
-        key = (c.get("step"), c["problem_id"])
-        groups[key] = groups[key] or abs(c.get("advantage") or 0.0) > 0
-    return sum(groups.values()) / len(groups) if groups else None
+        groups[(c.get("step"), c["problem_id"])].append(c["reward"])
+    return sum(informative(r) for r in groups.values()) / len(groups) if groups else None
 
 
 def training_figures(chats: list[dict], bins: int = 4) -> dict:
@@ -119,9 +122,10 @@ limit: cut off mid-working, a final is graded on whatever it boxed before the cu
 enough alone: a learning run's messages often fill their limit too."""
 
 SIGNAL_FLOOR = 0.2
-"""`no signal`: over the whole run, fewer than this share of groups had a non-zero advantage. GRPO learns only
-from those; on Qwen2.5-Coder-1.5B the runs that learned started at 0.18-0.24 in their first span and rose past
-0.6, the one that stalled had 0.25 over the run, and those that never started 0.06-0.17."""
+"""`no signal`: over the whole run, fewer than this share of groups had rewards that differ (a non-zero
+advantage). GRPO learns only from those; on Qwen2.5-Coder-1.5B the runs that learned started at 0.18-0.24 in
+their first span and rose past 0.6, the one that stalled had 0.25 over the run, and those that never started
+0.06-0.17."""
 
 
 def _steps(b: dict) -> str:
@@ -216,7 +220,7 @@ def rambling_to_the_limit(run: dict) -> str | None:
 def no_signal(run: dict) -> str | None:
     if run.get("signal") is None or run["signal"] >= SIGNAL_FLOOR:
         return None
-    return f"{_pct(run['signal'])} of groups had a non-zero advantage over the run (under {_pct(SIGNAL_FLOOR)})"
+    return f"{_pct(run['signal'])} of groups had rewards that differ over the run (under {_pct(SIGNAL_FLOOR)})"
 
 
 def stalled(run: dict) -> str | None:
@@ -296,8 +300,8 @@ def _lengths(fig: dict) -> str:
 
 LEGEND = [("steps", "the span of training steps a line covers: the run cut into equal spans (--bins)"),
           ("reward", "the mean team reward of the chats (an evaluation's: its accuracy)"),
-          ("signal", "the share of groups (one problem's chats at one step) with a non-zero advantage: the only "
-                     "ones GRPO learns from"),
+          ("signal", "the share of groups (one problem's chats at one step) whose rewards differ (a non-zero "
+                     "advantage): the only ones GRPO learns from; with informative groups, of all groups drawn"),
           ("boxed", "the share of final answers with a balanced \\boxed{}: the only ones the grader reads"),
           ("right|boxed", "the share of the boxed final answers that are right"),
           ("tokens", "each message in turn order: its mean length in tokens and, in brackets, the share of them "
