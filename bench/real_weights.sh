@@ -4,6 +4,7 @@
 #
 #   bash bench/real_weights.sh take .gguf/piece.a     # once per piece, in order (each call copies one to /tmp)
 #   bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]  # join, check, convert once, start detached
+#                                                     # (STOP_AFTER=SECONDS: stop it then, as `stop` does)
 #   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
 #   bash bench/real_weights.sh pack DEST [all]        # results, report, plots, logs (no weights) as one tar
@@ -33,7 +34,10 @@ start)
         rm -f "$WORK"/piece.* "$WORK/tied.gguf"
     fi
     [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
-    setsid nohup python3 -m talktosolve.cli recipe --preset "$PRESET" --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
+    # STOP_AFTER=SECONDS: SIGTERM after that long, so the recipe stops at a step's end with every run's checkpoint
+    # there, in time to `keep` it before the lease ends.
+    limit=(); [ -z "${STOP_AFTER:-}" ] || limit=(timeout -s TERM "$STOP_AFTER")
+    setsid nohup "${limit[@]}" python3 -m talktosolve.cli recipe --preset "$PRESET" --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
         --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
         >>"$WORK/recipe.log" 2>&1 < /dev/null &
     echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"
