@@ -21,7 +21,7 @@ alike). Names are modules of this package: `micro` is `micro/__init__.py`, `talk
                stats config_values config team.chat task.data team.influence experiment.diagnose experiment.crossplay
                experiment.results experiment.plan experiment.partners learning.informative sampling.prefixes store folders
                experiment.pages tracking learning.distributed cpu_pins task team model sampling learning
-               experiment
+               experiment experiment.stopping
     worlds:    task.tasks micro.task micro.prompts micro.script micro.tokenizer
     kernels:   sampling.decode_attention sampling.decode_sampling sampling.fast_layers sampling.prefill_attention
                sampling.compaction learning.learn_packing
