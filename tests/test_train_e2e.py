@@ -132,6 +132,16 @@ def without_times(rows):
     return [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
 
 
+def assert_same_run(got, ref):
+    """`got` finished the run `ref` did: the same adapter (one that moved), metrics but for times, transcripts."""
+    a = load_file(str(ref / "final" / "adapter_model.safetensors"))
+    b = load_file(str(got / "final" / "adapter_model.safetensors"))
+    assert any(t.abs().max() > 0 for k, t in a.items() if "lora_B" in k), "the adapter must have moved"
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert without_times(read_jsonl(got / "metrics.jsonl")) == without_times(read_jsonl(ref / "metrics.jsonl"))
+    assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
+
+
 @pytest.mark.slow
 def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path, monkeypatch):
     import talktosolve.model.checkpoint as checkpoint
@@ -152,12 +162,7 @@ def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path, m
     assert [r["step"] for r in read_jsonl(part / "metrics.jsonl")] == [0] and not (part / "final").exists()
     monkeypatch.setattr(checkpoint, "save", real_save)
     run_train(tiny_model_dir, part, extra=["train.lr=1e-2"])
-    a = load_file(str(whole / "final" / "adapter_model.safetensors"))
-    b = load_file(str(part / "final" / "adapter_model.safetensors"))
-    assert any(t.abs().max() > 0 for k, t in a.items() if "lora_B" in k), "the adapter must have moved"
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert without_times(read_jsonl(part / "metrics.jsonl")) == without_times(read_jsonl(whole / "metrics.jsonl"))
-    assert read_jsonl(part / "transcripts.jsonl") == read_jsonl(whole / "transcripts.jsonl")
+    assert_same_run(part, whole)
 
 
 @pytest.mark.slow
@@ -266,9 +271,4 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint_there_and_resuming_equals
     assert (part / "checkpoints" / "step-000001" / "state.json").exists() and not (part / "final").exists()
     monkeypatch.setattr(talktosolve.team.reward, "grade_many", odd_length_is_right)
     run_train(tiny_model_dir, part, extra=extra)
-    a = load_file(str(whole / "final" / "adapter_model.safetensors"))
-    b = load_file(str(part / "final" / "adapter_model.safetensors"))
-    assert any(t.abs().max() > 0 for k, t in a.items() if "lora_B" in k), "the adapter must have moved"
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert without_times(read_jsonl(part / "metrics.jsonl")) == without_times(read_jsonl(whole / "metrics.jsonl"))
-    assert read_jsonl(part / "transcripts.jsonl") == read_jsonl(whole / "transcripts.jsonl")
+    assert_same_run(part, whole)
