@@ -8,12 +8,13 @@ import pytest
 from talktosolve.experiment.stopping import Stopped, stop_on_signal
 
 
-def test_the_first_signal_is_recorded_and_the_handlers_before_come_back():
+def test_the_first_signal_is_recorded_and_said_and_the_handlers_before_come_back(capsys):
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with stop_on_signal() as request:
         assert request.signum is None
         os.kill(os.getpid(), signal.SIGTERM)  # handled in this (the main) thread before the next line runs
         assert request.signum == signal.SIGTERM and request.name == "SIGTERM"
+        assert "SIGTERM: training stops when this step ends" in capsys.readouterr().err
         # The first signal gave the handlers back: a second one would act at once.
         assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

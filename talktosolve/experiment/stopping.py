@@ -14,6 +14,7 @@ Handlers can only be set in the main thread; elsewhere nothing is caught. No tor
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +64,8 @@ def stop_on_signal(signals=SIGNALS) -> Iterator[StopRequest]:
     def record(signum, frame) -> None:
         request.signum = signum
         restore()
+        print(f"\n{request.name}: training stops when this step ends, every run's checkpoint saved there; send it "
+              "again to stop at once", file=sys.stderr, flush=True)
 
     for s in signals:
         signal.signal(s, record)
