@@ -70,6 +70,20 @@ def test_two_runs_in_one_process_write_two_complete_runs(tiny_model_dir, tmp_pat
     assert [(out / "metrics.jsonl").read_bytes() for *_, out in runs] == before
 
 
+def two_chat_runs(root):
+    """Two learning runs (chat seeds 0 and 1) as train_runs takes them, in folders under `root`."""
+    return [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
+
+
+def assert_same_runs(got_runs, ref_runs):
+    """Each run of `got_runs` finished as its twin in `ref_runs` did: the same transcripts and final adapter."""
+    for (*_, got), (*_, ref) in zip(got_runs, ref_runs):
+        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
+        a = load_file(str(ref / "final" / "adapter_model.safetensors"))
+        b = load_file(str(got / "final" / "adapter_model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.slow
 def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_path, monkeypatch):
     """Stopped after step 1 (checkpoints at 1), then rerun to 2 steps: the same folders as an uninterrupted run;
@@ -79,28 +93,22 @@ def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_p
     cfg = config(tiny_model_dir, lr=1e-2)
     train_set, _, _ = load_problems(cfg)
 
-    def runs(root):
-        return [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
 
-    train_runs(cfg, runs(tmp_path / "ref"), train_set, progress=False)
+    train_runs(cfg, two_chat_runs(tmp_path / "ref"), train_set, progress=False)
     short = config(tiny_model_dir, lr=1e-2, steps=1)
-    train_runs(short, runs(tmp_path / "resumed"), train_set, progress=False)
-    for *_, out in runs(tmp_path / "resumed"):  # same run config but for the steps: make them resumable as 2-step
+    train_runs(short, two_chat_runs(tmp_path / "resumed"), train_set, progress=False)
+    # The same run config but for the steps: make them resumable as 2-step runs.
+    for *_, out in two_chat_runs(tmp_path / "resumed"):
         (out / "done.json").unlink()
         (out / "config.json").unlink()
-    train_runs(cfg, runs(tmp_path / "resumed"), train_set, progress=False)
-    for (*_, ref), (*_, got) in zip(runs(tmp_path / "ref"), runs(tmp_path / "resumed")):
-        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
-        assert load_file(str(got / "final" / "adapter_model.safetensors")).keys() == \
-            load_file(str(ref / "final" / "adapter_model.safetensors")).keys()
-        for k, t in load_file(str(got / "final" / "adapter_model.safetensors")).items():
-            assert torch.equal(t, load_file(str(ref / "final" / "adapter_model.safetensors"))[k])
+    train_runs(cfg, two_chat_runs(tmp_path / "resumed"), train_set, progress=False)
+    assert_same_runs(two_chat_runs(tmp_path / "resumed"), two_chat_runs(tmp_path / "ref"))
 
     # Killed between the two runs' checkpoints of step 2: the first has it, the second does not. Both resume from
     # step 1, their newest common checkpoint, and replay step 2 together: the same folders as never stopping.
     import shutil
 
-    killed = runs(tmp_path / "killed")
+    killed = two_chat_runs(tmp_path / "killed")
     train_runs(cfg, killed, train_set, progress=False)
     for *_, out in killed:
         (out / "done.json").unlink()
@@ -110,12 +118,9 @@ def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_p
         path = killed[1][2] / log
         path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if '"step": 1' not in line))
     train_runs(cfg, killed, train_set, progress=False)
-    for (*_, ref), (*_, got) in zip(runs(tmp_path / "ref"), killed):
-        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
-        for k, t in load_file(str(got / "final" / "adapter_model.safetensors")).items():
-            assert torch.equal(t, load_file(str(ref / "final" / "adapter_model.safetensors"))[k])
+    assert_same_runs(killed, two_chat_runs(tmp_path / "ref"))
 
-    ahead = runs(tmp_path / "ahead")
+    ahead = two_chat_runs(tmp_path / "ahead")
     train_runs(short, ahead[:1], train_set, progress=False)  # chat-s0 alone, 1 step: a checkpoint at step 1
     (ahead[0][2] / "done.json").unlink()
     (ahead[0][2] / "config.json").unlink()
@@ -164,10 +169,8 @@ def test_a_sigterm_keeps_each_shared_run_at_the_step_and_resuming_equals_uninter
     cfg = config(tiny_model_dir, lr=1e-2, steps=3, checkpoint_every=2)
     train_set, _, _ = load_problems(cfg)
 
-    def runs(root):
-        return [("chat", 0, root / "chat-s0"), ("chat", 1, root / "chat-s1")]
 
-    train_runs(cfg, runs(tmp_path / "ref"), train_set, progress=False)
+    train_runs(cfg, two_chat_runs(tmp_path / "ref"), train_set, progress=False)
     score, sent = talktosolve.team.reward.score_chats, []
 
     def score_then_sigterm(chats, protocol):
@@ -177,7 +180,7 @@ def test_a_sigterm_keeps_each_shared_run_at_the_step_and_resuming_equals_uninter
         score(chats, protocol)
 
     monkeypatch.setattr(talktosolve.team.reward, "score_chats", score_then_sigterm)
-    stopped = runs(tmp_path / "stopped")
+    stopped = two_chat_runs(tmp_path / "stopped")
     with pytest.raises(Stopped, match="after step 0 of 3") as info:
         train_runs(cfg, stopped, train_set, progress=False)
     assert info.value.code == 128 + signal.SIGTERM
@@ -186,9 +189,7 @@ def test_a_sigterm_keeps_each_shared_run_at_the_step_and_resuming_equals_uninter
         assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0]
     monkeypatch.setattr(talktosolve.team.reward, "score_chats", score)
     train_runs(cfg, stopped, train_set, progress=False)
-    for (*_, ref), (*_, got) in zip(runs(tmp_path / "ref"), stopped):
-        assert read_jsonl(got / "transcripts.jsonl") == read_jsonl(ref / "transcripts.jsonl")
+    for *_, ref in two_chat_runs(tmp_path / "ref"):
         a = load_file(str(ref / "final" / "adapter_model.safetensors"))
-        b = load_file(str(got / "final" / "adapter_model.safetensors"))
         assert any(t.abs().max() > 0 for k, t in a.items() if "lora_B" in k), "the run learned"
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_runs(stopped, two_chat_runs(tmp_path / "ref"))
