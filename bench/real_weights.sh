@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The paper recipe on real weights (Qwen2.5-Coder-0.5B-Instruct, a tied GGUF file) on a GPU machine reached only
-# through calls of limited size: the file travels in pieces, one per call, and the run outlives the calls.
+# The paper recipe on real weights (a tied GGUF file: Qwen2.5-Coder-1.5B-Instruct in the run of record) on a GPU
+# machine reached only through calls of limited size: the file travels in pieces, one per call, and the run
+# outlives the calls.
 #
 #   bash bench/real_weights.sh take .gguf/piece.a     # once per piece, in order (each call copies one to /tmp)
-#   bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]  # join, check, convert once, start detached
+#   bash bench/real_weights.sh model SHA256           # join the pieces, check, convert once to $WORK/model
+#   bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]  # `model`, then start the recipe detached
 #                                                     # (STOP_AFTER=SECONDS: stop it then, as `stop` does)
 #   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
@@ -26,14 +28,17 @@ take)
     cp "$2" "$WORK/$(basename "$2")"
     ls -l "$WORK"
     ;;
-start)
-    sha=$2; shift 2
+model)
     if [ ! -f "$WORK/model/config.json" ]; then
         cat "$WORK"/piece.* > "$WORK/tied.gguf"
-        python3 bench/gguf_to_folder.py "$WORK/tied.gguf" "$WORK/model" --sha256 "$sha" 2>&1 | grep -v '%|'
+        python3 bench/gguf_to_folder.py "$WORK/tied.gguf" "$WORK/model" --sha256 "$2" 2>&1 | grep -v '%|'
         rm -f "$WORK"/piece.* "$WORK/tied.gguf"
     fi
     [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
+    ;;
+start)
+    sha=$2; shift 2
+    bash "$0" model "$sha"
     # STOP_AFTER=SECONDS: SIGTERM after that long, so the recipe stops at a step's end with every run's checkpoint
     # there, in time to `keep` it before the lease ends.
     limit=(); [ -z "${STOP_AFTER:-}" ] || limit=(timeout -s TERM "$STOP_AFTER")
@@ -118,7 +123,7 @@ resume)
     ls "$RUN/runs"
     ;;
 *)
-    echo "usage: bash bench/real_weights.sh take PIECE | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR" >&2
+    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,84 @@
+"""bench/pairs.sh, the driver of a recipe split by seed across GPU leases, on the tiny model: seeds run in order,
+each later seed reusing the untrained team's evaluations; a seed kept by bench/real_weights.sh resumes from its
+pieces; a deadline too near starts nothing; a user's mistake is one line and exit code 2."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import recipe_env, strip_times
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SETS = ("--set model.finetune=lora --set model.lora_r=4 --set data.n_train=16 --set data.n_test=8 "
+        "--set eval.n_problems=4 --set chat.max_message_tokens=6 --set chat.max_final_tokens=5 "
+        "--set train.steps=2 --set train.problems_per_step=2 --set train.runs_per_process=2")
+
+
+def pairs(work: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**recipe_env(), "WORK": str(work), "PRESET": "micro", "SETS": SETS, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(BENCH / "pairs.sh"), *args], env=env, capture_output=True, text=True)
+
+
+def stages_when_done(work: Path, timeout: float = 300) -> list[str]:
+    """The stages' names once the detached sequence has ended."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        stages = (work / "stages").read_text().splitlines() if (work / "stages").exists() else []
+        if stages and stages[-1].startswith("sequence end"):
+            return [" ".join(s.split()[:-2]) for s in stages]
+        time.sleep(0.5)
+    raise AssertionError(f"the sequence did not end in {timeout} s: {(work / 'recipe.log').read_text()[-2000:]}")
+
+
+@pytest.mark.slow
+def test_seeds_run_in_order_reuse_the_untrained_evaluations_and_a_kept_seed_resumes(tiny_model_dir, tmp_path):
+    work = tmp_path / "real"
+    work.mkdir()
+    shutil.copytree(tiny_model_dir, work / "model")
+    assert pairs(work, "run", "+600", "0", "1").returncode == 0
+    assert stages_when_done(work) == ["seed 0 start", "seed 0 end rc=0", "seed 1 start", "seed 1 end rc=0",
+                                      "sequence end"]
+    base = sorted(e.name for e in (work / "stable-s0" / "evals").iterdir() if e.name.startswith("base-"))
+    copied = [work / "stable-s1" / "evals" / b / "summary.json" for b in base]
+    assert base and all(c.read_bytes() == (work / "stable-s0" / "evals" / b / "summary.json").read_bytes()
+                        for b, c in zip(base, copied))
+    # Seed 1's untrained evaluations are seed 0's, copied in before it trained and never played again.
+    trained = (work / "stable-s1" / "runs" / "chat-s1" / "done.json").stat().st_mtime
+    assert all(c.stat().st_mtime < trained for c in copied)
+    assert (work / "stable-s1" / "results.json").exists()
+
+    # The next lease: the same paths (the model's is in each run's key), seed 0 carried in as kept pieces.
+    keep = subprocess.run(["bash", str(BENCH / "real_weights.sh"), "keep", str(tmp_path / "keep")],
+                          env={**recipe_env(), "RUN": str(work / "stable-s0")}, capture_output=True, text=True)
+    assert keep.returncode == 0, keep.stderr
+    results = strip_times(json.loads((work / "stable-s0" / "results.json").read_text()))
+    work.rename(tmp_path / "last-lease")
+    work.mkdir()
+    shutil.copytree(tmp_path / "last-lease" / "model", work / "model")
+    shutil.copytree(tmp_path / "keep", work / "keep-s0")
+    assert pairs(work, "run", "+600", "0").returncode == 0
+    assert stages_when_done(work) == ["seed 0 resumed", "seed 0 start", "seed 0 end rc=0", "sequence end"]
+    assert f"resuming {work}/stable-s0: 2 of 2 runs trained" in (work / "recipe.log").read_text()
+    assert strip_times(json.loads((work / "stable-s0" / "results.json").read_text())) == results
+
+
+def test_a_deadline_too_near_starts_no_seed(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    assert pairs(tmp_path, "run", "+30", "0").returncode == 0
+    assert stages_when_done(tmp_path, 30) == ["seed 0 not started: the deadline is near", "sequence end"]
+    assert not (tmp_path / "recipe.log").read_text().strip()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "600", "0"], "usage: bash bench/pairs.sh run +SECONDS K [K ...]"),
+    (["run", "+600"], "usage: bash bench/pairs.sh run +SECONDS K [K ...]"),
+    (["go"], "usage: bash bench/pairs.sh run +SECONDS K [K ...]"),
+    (["run", "+600", "0"], "no model; run bench/real_weights.sh model SHA256 first"),
+])
+def test_a_wrong_command_says_what_to_do_in_one_line(tmp_path, args, says):
+    done = pairs(tmp_path, *args)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
