@@ -65,9 +65,12 @@ PY
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader || true
     ;;
 interrupt)
-    # A lease can end mid-run: kill the recipe once every run has written checkpoint step-$2, then start it again.
+    # A lease can end mid-run: kill the recipe once every run has written checkpoint step-$2, then start it again
+    # (a test of resuming by hand; `stop` is what keeps a step).
     step=$(printf '%06d' "$2")
-    until [ "$(ls -d "$RUN"/runs/*/checkpoints/step-"$step" 2>/dev/null | wc -l)" -ge 6 ]; do sleep 2; done
+    at() { ls -d "$RUN"/runs/*/checkpoints/step-"$step" 2>/dev/null | wc -l; }
+    runs() { ls -d "$RUN"/runs/*/ 2>/dev/null | wc -l; }
+    until [ "$(at)" -gt 0 ] && [ "$(at)" -ge "$(runs)" ]; do sleep 2; done
     sleep 1
     pkill -9 -f 'talktosolve.cli recipe' && echo "killed at $(date -u +%H:%M:%S) after step $2" | tee -a "$WORK/starts.log"
     sleep 2
