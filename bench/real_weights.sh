@@ -29,9 +29,13 @@ take)
     ls -l "$WORK"
     ;;
 model)
+    # Into model.part, then renamed: $WORK/model exists only whole, so a later step (or `bench/pairs.sh`) can wait
+    # for it while this runs detached, as the kept pieces are carried in.
     if [ ! -f "$WORK/model/config.json" ]; then
         cat "$WORK"/piece.* > "$WORK/tied.gguf"
-        python3 bench/gguf_to_folder.py "$WORK/tied.gguf" "$WORK/model" --sha256 "$2" 2>&1 | grep -v '%|'
+        rm -rf "$WORK/model.part"
+        python3 bench/gguf_to_folder.py "$WORK/tied.gguf" "$WORK/model.part" --sha256 "$2" 2>&1 | grep -v '%|'
+        mv "$WORK/model.part" "$WORK/model"
         rm -f "$WORK"/piece.* "$WORK/tied.gguf"
     fi
     [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
