@@ -165,14 +165,28 @@ def test_resume_from_checkpoint_equals_uninterrupted(tiny_model_dir, tmp_path, m
     assert_same_run(part, whole)
 
 
+def test_key_differences_name_each_setting_arm_and_seed_that_differ_and_nothing_for_an_unreadable_config():
+    from talktosolve.config import make_config
+    from talktosolve.experiment.train import key_differences
+
+    cfg = make_config("micro", {"train": {"lr": 1e-3}})
+    stored = {"arm": "chat", "seed": 0, **make_config("micro", {"train": {"lr": 1e-2}}).to_dict()}
+    assert key_differences(stored, cfg, "chat", 0) == ["train.lr: 0.01 in the folder, 0.001 now"]
+    assert key_differences(stored, cfg, "cut", 1) == ["arm: 'chat' in the folder, 'cut' now",
+                                                      "seed: 0 in the folder, 1 now",
+                                                      "train.lr: 0.01 in the folder, 0.001 now"]
+    assert key_differences({**stored, "train": {"a_setting_since_removed": 1}}, cfg, "chat", 0) == []
+
+
 @pytest.mark.slow
-def test_a_run_folder_of_another_config_is_refused(tiny_model_dir, tmp_path, capsys):
+def test_a_run_folder_of_another_config_is_refused_naming_the_settings_that_differ(tiny_model_dir, tmp_path, capsys):
     part = tmp_path / "part"
     run_train(tiny_model_dir, part, extra=["train.steps=1"])
-    # Same folder, more steps: a different config, so it must refuse rather than mix runs.
-    assert main(["train", "--preset", "micro", "--arm", "chat", "--out", str(part), "--quiet",
-                 "--set", f"model.name_or_path={tiny_model_dir}"] + sum([["--set", s] for s in SETTINGS], [])) == 2
-    assert "different config" in capsys.readouterr().err
+    capsys.readouterr()
+    # Same folder, more steps: a different config, so it must refuse rather than mix runs, and say what differs.
+    assert main(train_args(tiny_model_dir, part)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "different config (train.steps: 1 in the folder, 2 now)" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -4,8 +4,9 @@
       config.json           every config field, plus the arm and seed
       metrics.jsonl         one line per step (train/, talk/, loss/, perf/ namespaces; perf/ holds tokens,
                             seconds, sample_seconds, learn_seconds, the learner's row and padded tokens and
-                            the messages it skipped for a zero advantage (of rank 0) and, on a GPU, peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing
-                            a process add shared_runs, and each is charged its share of the common sampling)
+                            the messages it skipped for a zero advantage (of rank 0) and, on a GPU,
+                            peak_gpu_gb = max(peak_sample_gb, peak_learn_gb); runs sharing a process add
+                            shared_runs, and each is charged its share of the common sampling)
       transcripts.jsonl     every chat of every step: views, messages, answers, rewards, advantages (and, when
                             training with partners, `partner_seat`: the seat the frozen partner played, or null,
                             and with a snapshot partner `partner_step`: the step whose weights it held; with
@@ -46,6 +47,7 @@ from pathlib import Path
 import torch
 
 from talktosolve.config import RUN, Config, config_key, key_fields
+from talktosolve.config_values import ConfigError, build
 from talktosolve.experiment.frozen import partner_key
 from talktosolve.experiment.pool import PoolError, training_pool
 from talktosolve.experiment.seating import build as build_seating
@@ -88,6 +90,26 @@ def run_config(cfg: Config, arm: str, seed: int) -> dict:
     if "partner" in d["train"]:
         d["train"]["partner"] = partner_key(d["train"]["partner"])
     return {**d, "arm": arm, "seed": seed}
+
+
+def key_differences(stored: dict, cfg: Config, arm: str, seed: int) -> list[str]:
+    """The settings of a run's key in which a run folder's config.json (`stored`) differs from this config, arm
+    and seed, each as `name: value in the folder, value now`; empty if that file no longer reads as a config."""
+    sections = {k: v for k, v in stored.items() if k in key_fields(Config(), RUN)}
+    try:
+        there = run_config(build(Config, sections, ""), stored.get("arm"), stored.get("seed"))
+    except ConfigError:
+        return []
+    here = run_config(cfg, arm, seed)
+
+    def flat(d: dict, at: str = "") -> dict:
+        return {k: v for name, value in d.items()
+                for k, v in (flat(value, f"{at}{name}.") if isinstance(value, dict) else {at + name: value}).items()}
+
+    there, here = flat(there), flat(here)
+    unset = object()
+    return [f"{k}: {there.get(k, 'unset')!r} in the folder, {here.get(k, 'unset')!r} now"
+            for k in sorted(there.keys() | here.keys()) if there.get(k, unset) != here.get(k, unset)]
 
 
 def is_done(run_dir: Path, cfg: Config, arm: str, seed: int) -> bool:
@@ -144,9 +166,11 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
             continue
         key = config_key(run_config(cfg, arm, seed))
         config_path = run_dir / "config.json"
-        if config_path.exists() and read_json(config_path).get("key") != key:
-            raise TrainingError(f"{run_dir} holds a run of a different config. Use a new --out folder, or delete "
-                                "this one to start over.")
+        if config_path.exists() and (stored := read_json(config_path)).get("key") != key:
+            differs = key_differences(stored, cfg, arm, seed)
+            why = f" ({'; '.join(differs[:4])}{'; ...' if len(differs) > 4 else ''})" if differs else ""
+            raise TrainingError(f"{run_dir} holds a run of a different config{why}. Use a new --out folder, rerun "
+                                "with the folder's settings, or delete it to start over.")
         pending.append(Run(arm, seed, run_dir, key, logs))
     if not pending:
         return
