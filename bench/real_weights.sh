@@ -83,7 +83,8 @@ pack)
     # $2: the tar to write; $3 (optional) "all" adds the transcripts and chats for diagnosis.
     skip=(--exclude='*.safetensors' --exclude='*.pt' --exclude='checkpoints' --exclude='final')
     [ "${3:-}" = all ] || skip+=(--exclude='transcripts.jsonl' --exclude='chats.jsonl')
-    tar -C "$RUN" "${skip[@]}" -czf "$2" . -C "$WORK" recipe.log starts.log
+    logs=(); for f in recipe.log starts.log stages; do [ ! -f "$WORK/$f" ] || logs+=("$f"); done
+    tar -C "$RUN" "${skip[@]}" -czf "$2" . -C "$WORK" "${logs[@]}"
     ls -l "$2"
     ;;
 stop)

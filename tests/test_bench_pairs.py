@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -50,6 +51,15 @@ def test_seeds_run_in_order_reuse_the_untrained_evaluations_and_a_kept_seed_resu
     trained = (work / "stable-s1" / "runs" / "chat-s1" / "done.json").stat().st_mtime
     assert all(c.stat().st_mtime < trained for c in copied)
     assert (work / "stable-s1" / "results.json").exists()
+    # What comes back from the lease: the folder without weights, with the logs of the sequence.
+    pack = subprocess.run(["bash", str(BENCH / "real_weights.sh"), "pack", str(tmp_path / "s1.tgz")],
+                          env={**recipe_env(), "WORK": str(work), "RUN": str(work / "stable-s1")},
+                          capture_output=True, text=True)
+    assert pack.returncode == 0, pack.stderr
+    with tarfile.open(tmp_path / "s1.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"./results.json", "./runs/chat-s1/metrics.jsonl", "recipe.log", "stages"} <= names
+    assert not any(n.endswith(".safetensors") or "/checkpoints" in n or "transcripts" in n for n in names)
 
     # The next lease: the same paths (the model's is in each run's key), seed 0 carried in as kept pieces.
     keep = subprocess.run(["bash", str(BENCH / "real_weights.sh"), "keep", str(tmp_path / "keep")],
