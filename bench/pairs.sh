@@ -22,10 +22,11 @@ PYTHON=${PYTHON:-python3}
 SETS=${SETS:---set train.runs_per_process=2 --set train.draw_batches=4 --set eval.batch_evals=4}
 
 stage() { echo "$1 $(date -u +%T) $(date +%s)" >> "$WORK/stages"; }
+usage() { echo "usage: bash bench/pairs.sh run +SECONDS K [K ...]" >&2; exit 2; }
 
 case "${1:-}" in
 run)
-    [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || { echo "usage: bash bench/pairs.sh run +SECONDS K [K ...]" >&2; exit 2; }
+    [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || usage
     [ -f "$WORK/model/config.json" ] || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
     deadline=$(( $(date +%s) + ${2#+} )); shift 2
     setsid nohup bash "$0" _sequence "$deadline" "$@" >> "$WORK/recipe.log" 2>&1 < /dev/null &
@@ -57,7 +58,6 @@ _sequence)
     stage "sequence end"
     ;;
 *)
-    echo "usage: bash bench/pairs.sh run +SECONDS K [K ...]" >&2
-    exit 2
+    usage
     ;;
 esac

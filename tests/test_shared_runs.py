@@ -93,7 +93,6 @@ def test_shared_runs_resume_exactly_even_when_one_is_ahead(tiny_model_dir, tmp_p
     cfg = config(tiny_model_dir, lr=1e-2)
     train_set, _, _ = load_problems(cfg)
 
-
     train_runs(cfg, two_chat_runs(tmp_path / "ref"), train_set, progress=False)
     short = config(tiny_model_dir, lr=1e-2, steps=1)
     train_runs(short, two_chat_runs(tmp_path / "resumed"), train_set, progress=False)
@@ -168,7 +167,6 @@ def test_a_sigterm_keeps_each_shared_run_at_the_step_and_resuming_equals_uninter
     rewards_by_arm(monkeypatch)
     cfg = config(tiny_model_dir, lr=1e-2, steps=3, checkpoint_every=2)
     train_set, _, _ = load_problems(cfg)
-
 
     train_runs(cfg, two_chat_runs(tmp_path / "ref"), train_set, progress=False)
     score, sent = talktosolve.team.reward.score_chats, []

@@ -1,8 +1,10 @@
 """One training step of the runs a process trains, in named phases (`Loop`): `seat` (the players brought to the
-step: `seating.py` says who plays each seat, for one run or for runs sharing the process), `draw` (the step's problems, played and scored, and drawn again for informative
-groups), `release` (the sampler's memory, for learning), `learn` (each run's update, its metrics, its logs and
-its checkpoint). `train.train_runs` sets the loop up and runs it step by step; the records of a run in this
-process (`Run`, `Role`) and what a step writes (`step_metrics`, `_record`) live here with it.
+step: `seating.py` says who plays each seat, for one run or for runs sharing the process), `draw` (the step's
+problems, played and scored, and drawn again for informative groups), `release` (the sampler's memory, for
+learning), `learn` (each run's update, its metrics, its logs and its checkpoint), and `keep` (every run's
+checkpoint at the step, when a signal stops training between checkpoints). `train.train_runs` sets the loop up
+and runs it step by step; the records of a run in this process (`Run`, `Role`) and what a step writes
+(`step_metrics`, `_record`) live here with it.
 """
 
 from __future__ import annotations
@@ -161,7 +163,7 @@ class Loop:
                 continue
             swap_in(self.params, run)
             if self.rank == 0:
-                checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
+                _save(run, step, partner)
 
     def release(self) -> None:
         """The sampler's memory, given back before learning."""
@@ -299,7 +301,12 @@ def _record(run: Run, step: int, row: dict, transcripts: list, t, partner: Froze
     for log in run.loggers:
         log(row, step)
     if (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps:
-        checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
+        _save(run, step, partner)
+
+
+def _save(run: Run, step: int, partner: FrozenPartner | None) -> None:
+    """The run's checkpoint at the end of `step` (the model holds its weights), with a snapshot partner's."""
+    checkpoint.save(run.dir, run.parts(), step + 1, snapshots=partner.tensors() if partner else None)
 
 
 def fmt(x) -> str:
