@@ -6,6 +6,7 @@
 #
 #   bash bench/real_weights.sh model SHA256                 # once the pieces are in: $WORK/model
 #   bash bench/pairs.sh run +SECONDS K [K ...]              # detached: seeds K... in order, all stopped by then
+#   bash bench/pairs.sh later +SECONDS                      # the deadline moved to SECONDS from now (either way)
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh poll      # where seed K stands
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh keep DIR  # after the stop: the pieces to carry on with
 #
@@ -13,6 +14,8 @@
 # gives a seed's folder the untrained team's evaluations (`evals/base-*`) of any other seed's folder in $WORK: they
 # are the same for every seed, so the recipe reuses them and plays only the trained runs'. A seed whose recipe
 # fails or is stopped ends the sequence. Stages go to $WORK/stages, the recipes' output to $WORK/recipe.log.
+# The deadline lives in $WORK/deadline (seconds since the epoch), read every two seconds while a recipe runs: `later`
+# lifts it for a pair that would finish soon after it, or brings it forward.
 set -euo pipefail
 WORK=${WORK:-/tmp/real}
 NAME=${NAME:-stable}
@@ -22,18 +25,30 @@ PYTHON=${PYTHON:-python3}
 SETS=${SETS:---set train.runs_per_process=2 --set train.draw_batches=4 --set eval.batch_evals=4}
 
 stage() { echo "$1 $(date -u +%T) $(date +%s)" >> "$WORK/stages"; }
-usage() { echo "usage: bash bench/pairs.sh run +SECONDS K [K ...]" >&2; exit 2; }
+usage() { echo "usage: bash bench/pairs.sh run +SECONDS K [K ...] | later +SECONDS" >&2; exit 2; }
+deadline() { cat "$WORK/deadline"; }
+# Written whole (a rename), since the sequence may read it at any moment.
+set_deadline() { echo $(( $(date +%s) + $1 )) > "$WORK/deadline.part" && mv "$WORK/deadline.part" "$WORK/deadline"; }
 
 case "${1:-}" in
 run)
     [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || usage
-    [ -f "$WORK/model/config.json" ] || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
-    deadline=$(( $(date +%s) + ${2#+} )); shift 2
-    setsid nohup bash "$0" _sequence "$deadline" "$@" >> "$WORK/recipe.log" 2>&1 < /dev/null &
-    echo "seeds $* until $(date -u -d @"$deadline" +%T) (pid $!)"
+    [ -f "$WORK/model/config.json" ] \
+        || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
+    set_deadline "${2#+}"; shift 2
+    setsid nohup bash "$0" _sequence "$@" >> "$WORK/recipe.log" 2>&1 < /dev/null &
+    echo "seeds $* until $(date -u -d @"$(deadline)" +%T) (pid $!)"
+    ;;
+later)
+    [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# = 2 ] || usage
+    [ -f "$WORK/deadline" ] \
+        || { echo "$WORK/deadline: no deadline to move; start with bash bench/pairs.sh run" >&2; exit 2; }
+    set_deadline "${2#+}"
+    stage "deadline moved to $(date -u -d @"$(deadline)" +%T)"
+    echo "deadline $(date -u -d @"$(deadline)" +%T)"
     ;;
 _sequence)
-    deadline=$2; shift 2
+    shift
     data=(); [ ! -d "$WORK/gsm8k" ] || data=(--gsm8k "$WORK/gsm8k")  # a preset of the micro world has none
     for k in "$@"; do
         run=$WORK/$NAME-s$k
@@ -45,13 +60,20 @@ _sequence)
         for base in "$WORK/$NAME"-s*/evals/base-*; do
             [ -f "$base/summary.json" ] && [ ! -e "$run/evals/$(basename "$base")" ] && cp -r "$base" "$run/evals/"
         done
-        left=$(( deadline - $(date +%s) ))
+        left=$(( $(deadline) - $(date +%s) ))
         [ $left -gt 60 ] || { stage "seed $k not started: the deadline is near"; break; }
         stage "seed $k start"
         rc=0
         # shellcheck disable=SC2086  # SETS is a list of arguments
-        timeout -s TERM $left "$PYTHON" -m talktosolve.cli recipe --preset "$PRESET" "${data[@]}" --out "$run" \
-            --quiet --set model.name_or_path="$WORK/model" --set seeds="$k" $SETS || rc=$?
+        "$PYTHON" -m talktosolve.cli recipe --preset "$PRESET" "${data[@]}" --out "$run" \
+            --quiet --set model.name_or_path="$WORK/model" --set seeds="$k" $SETS &
+        pid=$!
+        # SIGTERM at the deadline as it stands: training stops at the end of the step in progress, checkpoints saved.
+        while kill -0 $pid 2> /dev/null; do
+            [ "$(date +%s)" -lt "$(deadline)" ] || { kill -TERM $pid; break; }
+            sleep 2
+        done
+        wait $pid || rc=$?
         stage "seed $k end rc=$rc"
         [ $rc = 0 ] || break
     done

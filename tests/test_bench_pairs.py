@@ -1,6 +1,7 @@
 """bench/pairs.sh, the driver of a recipe split by seed across GPU leases, on the tiny model: seeds run in order,
 each later seed reusing the untrained team's evaluations; a seed kept by bench/real_weights.sh resumes from its
-pieces; a deadline too near starts nothing; a user's mistake is one line and exit code 2."""
+pieces; a deadline too near starts nothing, and one moved while a recipe runs stops it there; a user's mistake is
+one line and exit code 2."""
 
 import json
 import shutil
@@ -83,11 +84,33 @@ def test_a_deadline_too_near_starts_no_seed(tiny_model_dir, tmp_path):
     assert not (tmp_path / "recipe.log").read_text().strip()
 
 
+def test_a_deadline_brought_forward_stops_the_running_seed_and_starts_no_other(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    assert pairs(tmp_path, "run", "+600", "0", "1").returncode == 0
+    end = time.monotonic() + 120
+    while not ((tmp_path / "stages").exists() and (tmp_path / "stages").read_text().startswith("seed 0 start")):
+        assert time.monotonic() < end, "seed 0 did not start"
+        time.sleep(0.2)
+    moved = pairs(tmp_path, "later", "+0")
+    assert moved.returncode == 0 and moved.stdout.startswith("deadline ")
+    stages = stages_when_done(tmp_path, 120)
+    # SIGTERM at the moved deadline: the recipe stops (128 + 15) and seed 1 never starts.
+    assert stages[1].startswith("deadline moved to ") and stages[:1] + stages[2:] == [
+        "seed 0 start", "seed 0 end rc=143", "sequence end"], stages
+    assert not (tmp_path / "stable-s0" / "results.json").exists()
+    assert not (tmp_path / "stable-s1").exists()
+
+
+USAGE = "usage: bash bench/pairs.sh run +SECONDS K [K ...] | later +SECONDS"
+
+
 @pytest.mark.parametrize("args, says", [
-    (["run", "600", "0"], "usage: bash bench/pairs.sh run +SECONDS K [K ...]"),
-    (["run", "+600"], "usage: bash bench/pairs.sh run +SECONDS K [K ...]"),
-    (["go"], "usage: bash bench/pairs.sh run +SECONDS K [K ...]"),
+    (["run", "600", "0"], USAGE),
+    (["run", "+600"], USAGE),
+    (["go"], USAGE),
+    (["later", "600"], USAGE),
     (["run", "+600", "0"], "no model; run bench/real_weights.sh model SHA256 first"),
+    (["later", "+600"], "no deadline to move; start with bash bench/pairs.sh run"),
 ])
 def test_a_wrong_command_says_what_to_do_in_one_line(tmp_path, args, says):
     done = pairs(tmp_path, *args)
