@@ -95,7 +95,8 @@ def run_config(cfg: Config, arm: str, seed: int) -> dict:
 def key_differences(stored: dict, cfg: Config, arm: str, seed: int) -> list[str]:
     """The settings of a run's key in which a run folder's config.json (`stored`) differs from this config, arm
     and seed, each as `name: value in the folder, value now`; empty if that file no longer reads as a config."""
-    sections = {k: v for k, v in stored.items() if k in key_fields(Config(), RUN)}
+    keyed = key_fields(Config(), RUN)
+    sections = {k: v for k, v in stored.items() if k in keyed}
     try:
         there = run_config(build(Config, sections, ""), stored.get("arm"), stored.get("seed"))
     except ConfigError:
