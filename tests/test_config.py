@@ -123,7 +123,8 @@ def _added_later(cfg, written: dict) -> dict:
 @pytest.mark.parametrize("folder", ["paper-steady-qwen2.5-coder-1.5b/seeds-0-2",
                                     "paper-informative-qwen2.5-coder-1.5b/chat-seeds-0-5",
                                     "paper-stable-qwen2.5-coder-1.5b/chat-seeds-0-5",
-                                    "paper-stable-pairs-qwen2.5-coder-1.5b/seed-0"])
+                                    "paper-stable-pairs-qwen2.5-coder-1.5b/seed-0",
+                                    "warmup-screen-qwen2.5-coder-1.5b"])
 def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records(folder):
     """The run's config.json is what its provenance's command makes of the preset as committed: a preset edited
     after the run would describe a run that was never made. Settings added since, which do not count in it, are
@@ -136,6 +137,18 @@ def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records
     overrides.setdefault("data", {})["gsm8k"] = dict(flags)["--gsm8k"]
     assert dict(flags)["--preset"] == run.pop("preset")
     assert _added_later(make_config(dict(flags)["--preset"], overrides), run) == run
+
+
+def test_paper_stable_warmup_is_paper_stable_with_the_warmup_the_screen_ran():
+    """The preset differs from `paper-stable` in one setting, the learning-rate warm-up, at the value the committed
+    warm-up screen ran with (the screen's config is `paper-stable` under its command: the test above)."""
+    screen = json.loads((EXPERIMENTS / "warmup-screen-qwen2.5-coder-1.5b" / "config.json").read_text())
+    preset, stable = make_config("paper-stable-warmup").to_dict(), make_config("paper-stable").to_dict()
+    differ = {(section, k) for section in preset for k in (preset[section] if isinstance(preset[section], dict) else [])
+              if preset[section][k] != stable[section][k]}
+    assert differ == {("train", "warmup_steps")} and preset["train"]["warmup_steps"] == screen["train"]["warmup_steps"]
+    assert {k: v for k, v in preset.items() if not isinstance(v, dict)} == \
+        {k: v for k, v in stable.items() if not isinstance(v, dict)}
 
 
 def test_every_built_in_preset_is_a_valid_config_and_listed_in_the_cli_reference():

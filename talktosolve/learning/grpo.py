@@ -61,8 +61,9 @@ On a GPU where FlashAttention's varlen kernel runs, a micro-batch's rows are pac
 its chats' rows) read that run once, and nothing is padded. Same log-probs (attention is causal, so a run's keys
 and values are the same in every row that begins with it), less compute; elsewhere rows are right-padded.
 
-pi is the distribution the sampler draws from: softmax(logits / T), T = `chat.temperature` (1 in every preset),
-so the update is on-policy at any temperature, and the KL penalty compares the two policies at the same T.
+pi is the distribution the sampler draws from: softmax(logits / T), T = `chat.temperature` (1, and 1.7 in the
+`micro-weak` presets), so the update is on-policy at any temperature, and the KL penalty compares the two policies
+at the same T.
 
 Log-probs are taken for the chosen tokens only: the backbone's hidden states at completion positions go
 through the output layer in chunks, so no [tokens x vocabulary] fp32 tensor ever lives for the whole batch. On a
