@@ -14,11 +14,10 @@ which chats they drew.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from talktosolve.store import write_json
+from talktosolve.store import read_jsonl, write_json
 
 # The figures of a step's drawn chats, logged before its update: equal in both runs while their weights are.
 DRAWN = ("train/reward", "train/acc_A", "train/acc_B", "talk/send", "talk/use", "talk/ask", "perf/tokens",
@@ -29,12 +28,8 @@ MEANS = {"reward": "train/reward", "tokens": "perf/tokens", "send": "talk/send",
 
 
 def read_steps(path: Path) -> list[dict]:
-    """A run's logged steps in order (a resumed run may log a step again: its last line counts)."""
-    by_step = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_step[row["step"]] = row
+    """A run's logged steps in order, one row a step (of a step logged twice, the later line)."""
+    by_step = {row["step"]: row for row in read_jsonl(path)}
     return [by_step[s] for s in sorted(by_step)]
 
 

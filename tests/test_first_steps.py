@@ -31,7 +31,7 @@ def test_the_runs_agree_until_a_drawn_chats_figure_differs_and_a_learning_figure
 
 def test_spans_average_each_run_and_a_step_logged_again_counts_once(tmp_path, capsys):
     a = write(tmp_path / "a.jsonl", [step(0, reward=0.0), step(1, reward=0.2), step(1, reward=0.4),
-                                     step(2, reward=0.6), step(3, reward=0.8)])  # step 1 logged again on resume
+                                     step(2, reward=0.6), step(3, reward=0.8)])  # step 1 logged twice
     b = write(tmp_path / "b.jsonl", [step(0, reward=0.0)] + [step(s, reward=0.0, tokens=6000) for s in range(1, 6)])
     out = tmp_path / "out.json"
     assert first_steps.main([str(a), str(b), "--labels", "warm", "none", "--span", "2", "--out", str(out)]) == 0
