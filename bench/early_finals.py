@@ -6,7 +6,8 @@ folders or committed copies) and, per run, puts the mean length of its finals (t
 span beside its reward in its last span and its verdict. Then, over the chat runs only (a cut run has no partner
 to learn from), how many ended at `--bar` or above among those whose first-span finals averaged under
 `--short` tokens and among the rest, with a one-sided Fisher exact test of that split. The split is descriptive:
-`--short` is a reading of the runs, not a constant of the method.
+`--short` is a reading of the runs, not a constant of the method. A run's arm is read from its folder's records:
+results.json's `runs`, or else the recipe's config.json (the runs its arms and seeds plan).
 
     python bench/early_finals.py RUN_FOLDER... --out early_finals.json
 """
@@ -20,7 +21,23 @@ from pathlib import Path
 from talktosolve.store import read_json, write_json
 
 
-def rows(folder: Path) -> list[dict]:
+def run_arms(folder: Path) -> dict[str, str] | None:
+    """{run: arm} from the folder's results.json, or else from the runs its config.json plans; None without either
+    (a recipe stopped before its results has only its config)."""
+    if (folder / "results.json").is_file():
+        return {name: run["arm"] for name, run in read_json(folder / "results.json")["runs"].items()}
+    if (folder / "config.json").is_file():
+        from talktosolve.config import make_config
+        from talktosolve.experiment.plan import trained_lines
+
+        values = read_json(folder / "config.json")
+        values.pop("preset", None)
+        cfg = make_config(overrides=values)
+        return {name: line.arm for line in trained_lines(cfg) for name in line.runs(cfg.seeds)}
+    return None
+
+
+def rows(folder: Path, arms: dict[str, str]) -> list[dict]:
     """One row per run of a folder's diagnosis.json: first-span finals, last-span reward, verdict."""
     diagnosis = read_json(folder / "diagnosis.json")
     out = []
@@ -28,7 +45,7 @@ def rows(folder: Path) -> list[dict]:
         bins = run["bins"]
         finals = run.get("finals", [2, 3])  # diagnoses older than the field had the two-seat protocol's finals
         out.append({
-            "folder": str(folder), "run": name, "arm": name.split("-")[0],
+            "folder": str(folder), "run": name, "arm": arms[name],
             "steps_first": bins[0]["steps"], "steps_last": bins[-1]["steps"],
             "finals_tokens_first": sum(bins[0]["tokens"][i] for i in finals) / len(finals),
             "reward_first": bins[0]["reward"], "reward_last": bins[-1]["reward"],
@@ -70,7 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no diagnosis.json in {', '.join(missing)} (run `talktosolve diagnose FOLDER` first)",
               file=sys.stderr)
         return 2
-    runs = sorted((r for f in args.folders for r in rows(f)), key=lambda r: r["finals_tokens_first"])
+    arms = {f: run_arms(f) for f in args.folders}
+    unknown = [str(f) for f, a in arms.items() if a is None]
+    if unknown:
+        print(f"error: neither results.json nor config.json in {', '.join(unknown)}: a run's arm is read from them",
+              file=sys.stderr)
+        return 2
+    strays = [f"{f}/{name}" for f in args.folders for name in read_json(f / "diagnosis.json")["runs"]
+              if name not in arms[f]]
+    if strays:
+        print(f"error: {', '.join(strays)} diagnosed but not among its folder's planned runs", file=sys.stderr)
+        return 2
+    runs = sorted((r for f in args.folders for r in rows(f, arms[f])), key=lambda r: r["finals_tokens_first"])
     result = {"command": " ".join(["python bench/early_finals.py", *map(str, args.folders),
                                    f"--short {args.short:g} --bar {args.bar:g} --out {args.out}"]),
               "runs": runs, "split": split(runs, args.short, args.bar)}

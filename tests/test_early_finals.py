@@ -15,8 +15,11 @@ def span(steps, reward, finals):
     return {"steps": steps, "reward": reward, "tokens": [100.0, 100.0, *finals]}
 
 
-def diagnosis(folder: Path, runs: dict) -> Path:
+def diagnosis(folder: Path, runs: dict, arms: dict | None = None) -> Path:
+    """A folder with a diagnosis of `runs` and a results.json naming each run's arm (`arms`, else its name's)."""
     folder.mkdir(parents=True)
+    arms = arms or {name: name.split("-")[0] for name in runs}
+    (folder / "results.json").write_text(json.dumps({"runs": {n: {"arm": a, "seed": 0} for n, a in arms.items()}}))
     body = {"runs": {name: {"finals": [2, 3], "verdict": "learning",
                             "bins": [span([0, 19], 0.03, first), span([60, 79], last, [50.0, 50.0])]}
                      for name, (first, last) in runs.items()},
@@ -51,3 +54,40 @@ def test_a_folder_without_a_diagnosis_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "talktosolve diagnose" in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_runs_arm_is_read_from_results_json_not_from_its_name(tmp_path):
+    # a variant's runs are named for the variant (`solo-s0`) and play in an arm; a name says nothing reliable
+    a = diagnosis(tmp_path / "a", {"solo-s0": ([80.0, 60.0], 0.30), "chat-s1": ([10.0, 10.0], 0.05)},
+                  arms={"solo-s0": "chat", "chat-s1": "cut"})
+    out = tmp_path / "out.json"
+    assert early_finals.main([str(a), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {r["run"]: r["arm"] for r in result["runs"]} == {"solo-s0": "chat", "chat-s1": "cut"}
+    assert result["split"]["short"]["runs"] == 0 and result["split"]["longer"]["runs"] == 1
+
+
+def test_a_runs_arm_is_read_from_the_recipes_config_without_results(tmp_path):
+    from talktosolve.config import make_config
+
+    a = diagnosis(tmp_path / "a", {"chat-s0": ([80.0, 60.0], 0.30), "cut-s0": ([10.0, 10.0], 0.05)})
+    (a / "results.json").unlink()
+    cfg = make_config("tiny", {"seeds": [0], "variant": {"name": "solo", "arm": "chat"}})
+    (a / "config.json").write_text(json.dumps({"preset": "tiny", **cfg.to_dict()}))
+    assert early_finals.run_arms(a) == {"chat-s0": "chat", "cut-s0": "cut", "solo-s0": "chat"}
+    assert early_finals.main([str(a), "--out", str(tmp_path / "out.json")]) == 0
+
+
+def test_a_folder_without_results_or_config_is_one_line_and_exit_2(tmp_path, capsys):
+    a = diagnosis(tmp_path / "a", {"chat-s0": ([80.0, 60.0], 0.30)})
+    (a / "results.json").unlink()
+    assert early_finals.main([str(a), "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.json" in err
+
+
+def test_a_diagnosed_run_the_records_do_not_plan_is_one_line_and_exit_2(tmp_path, capsys):
+    a = diagnosis(tmp_path / "a", {"chat-s0": ([80.0, 60.0], 0.30)}, arms={"chat-s1": "chat"})
+    assert early_finals.main([str(a), "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "chat-s0" in err
