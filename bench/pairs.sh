@@ -3,9 +3,12 @@
 # $WORK/$NAME-sK, two runs in one process. A lease resumes the pair it was given, finishes it, starts the next and
 # stops at a deadline, the unfinished pair at the end of a training step with its checkpoints there, so that
 # `bench/real_weights.sh keep` can bring it back for the next lease. `bench/pool_seeds.py` pools the folders.
+# A group of seeds, K written `1,2,3`, is one folder too ($WORK/$NAME-s1-2-3), all its runs in one process: a
+# sampling pass costs mostly its decode steps, which more rows do not add to, so a step of the group costs less
+# than its pairs' steps one after another; its kept folder is as many times larger as it has seeds.
 #
 #   bash bench/real_weights.sh model SHA256                 # once the pieces are in: $WORK/model
-#   bash bench/pairs.sh run +SECONDS K [K ...]              # detached: seeds K... in order, all stopped by then
+#   bash bench/pairs.sh run +SECONDS K[,K...] ...           # detached: seeds K... in order, all stopped by then
 #   bash bench/pairs.sh later +SECONDS                      # the deadline moved to SECONDS from now (either way)
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh poll      # where seed K stands
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh keep DIR  # after the stop: the pieces to carry on with
@@ -22,10 +25,12 @@ NAME=${NAME:-stable}
 PRESET=${PRESET:-paper-stable}
 PYTHON=${PYTHON:-python3}
 # Up to four batches a sampling pass: a cut run, whose groups rarely differ, takes its eight draws in two passes.
-SETS=${SETS:---set train.runs_per_process=2 --set train.draw_batches=4 --set eval.batch_evals=4}
+SETS=${SETS:---set train.draw_batches=4 --set eval.batch_evals=4}
+# The runs of one seed (the preset's arms): a folder's runs share one process.
+RUNS_PER_SEED=${RUNS_PER_SEED:-2}
 
 stage() { echo "$1 $(date -u +%T) $(date +%s)" >> "$WORK/stages"; }
-usage() { echo "usage: bash bench/pairs.sh run +SECONDS K [K ...] | later +SECONDS" >&2; exit 2; }
+usage() { echo "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS" >&2; exit 2; }
 deadline() { cat "$WORK/deadline"; }
 # Written whole (a rename), since the sequence may read it at any moment.
 set_deadline() { echo $(( $(date +%s) + $1 )) > "$WORK/deadline.part" && mv "$WORK/deadline.part" "$WORK/deadline"; }
@@ -33,6 +38,7 @@ set_deadline() { echo $(( $(date +%s) + $1 )) > "$WORK/deadline.part" && mv "$WO
 case "${1:-}" in
 run)
     [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || usage
+    for k in "${@:3}"; do [[ "$k" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; done
     [ -f "$WORK/model/config.json" ] \
         || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
     set_deadline "${2#+}"; shift 2
@@ -51,9 +57,11 @@ _sequence)
     shift
     data=(); [ ! -d "$WORK/gsm8k" ] || data=(--gsm8k "$WORK/gsm8k")  # a preset of the micro world has none
     for k in "$@"; do
-        run=$WORK/$NAME-s$k
-        if [ ! -d "$run/runs" ] && compgen -G "$WORK/keep-s$k/keep.*" > /dev/null; then
-            RUN=$run bash "$(dirname "$0")/real_weights.sh" resume "$WORK/keep-s$k" > /dev/null
+        tag=${k//,/-}  # seeds 1,2,3: the folder $NAME-s1-2-3, its pieces keep-s1-2-3
+        seeds=$(( $(tr -cd , <<< "$k" | wc -c) + 1 ))
+        run=$WORK/$NAME-s$tag
+        if [ ! -d "$run/runs" ] && compgen -G "$WORK/keep-s$tag/keep.*" > /dev/null; then
+            RUN=$run bash "$(dirname "$0")/real_weights.sh" resume "$WORK/keep-s$tag" > /dev/null
             stage "seed $k resumed"
         fi
         mkdir -p "$run/evals"
@@ -66,7 +74,8 @@ _sequence)
         rc=0
         # shellcheck disable=SC2086  # SETS is a list of arguments
         "$PYTHON" -m talktosolve.cli recipe --preset "$PRESET" "${data[@]}" --out "$run" \
-            --quiet --set model.name_or_path="$WORK/model" --set seeds="$k" $SETS &
+            --quiet --set model.name_or_path="$WORK/model" --set seeds="$k" \
+            --set train.runs_per_process=$(( seeds * RUNS_PER_SEED )) $SETS &
         pid=$!
         # SIGTERM at the deadline as it stands: training stops at the end of the step in progress, checkpoints saved.
         while kill -0 $pid 2> /dev/null; do

@@ -1,7 +1,7 @@
 """bench/pairs.sh, the driver of a recipe split by seed across GPU leases, on the tiny model: seeds run in order,
 each later seed reusing the untrained team's evaluations; a seed kept by bench/real_weights.sh resumes from its
-pieces; a deadline too near starts nothing, and one moved while a recipe runs stops it there; a user's mistake is
-one line and exit code 2."""
+pieces; a group of seeds is one folder of runs in one process; a deadline too near starts nothing, and one moved
+while a recipe runs stops it there; a user's mistake is one line and exit code 2."""
 
 import json
 import shutil
@@ -20,8 +20,8 @@ SETS = ("--set model.finetune=lora --set model.lora_r=4 --set data.n_train=16 --
         "--set train.steps=2 --set train.problems_per_step=2 --set train.runs_per_process=2")
 
 
-def pairs(work: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**recipe_env(), "WORK": str(work), "PRESET": "micro", "SETS": SETS, "PYTHON": sys.executable}
+def pairs(work: Path, *args: str, sets: str = SETS) -> subprocess.CompletedProcess:
+    env = {**recipe_env(), "WORK": str(work), "PRESET": "micro", "SETS": sets, "PYTHON": sys.executable}
     return subprocess.run(["bash", str(BENCH / "pairs.sh"), *args], env=env, capture_output=True, text=True)
 
 
@@ -101,13 +101,26 @@ def test_a_deadline_brought_forward_stops_the_running_seed_and_starts_no_other(t
     assert not (tmp_path / "stable-s1").exists()
 
 
-USAGE = "usage: bash bench/pairs.sh run +SECONDS K [K ...] | later +SECONDS"
+def test_a_group_of_seeds_is_one_folder_whose_runs_share_one_process(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    sets = SETS.replace(" --set train.runs_per_process=2", "")
+    assert pairs(tmp_path, "run", "+600", "0,1", sets=sets).returncode == 0
+    assert stages_when_done(tmp_path) == ["seed 0,1 start", "seed 0,1 end rc=0", "sequence end"]
+    results = json.loads((tmp_path / "stable-s0-1" / "results.json").read_text())
+    assert sorted(results["runs"]) == ["chat-s0", "chat-s1", "cut-s0", "cut-s1"]
+    config = json.loads((tmp_path / "stable-s0-1" / "config.json").read_text())
+    assert config["seeds"] == [0, 1] and config["train"]["runs_per_process"] == 4
+
+
+USAGE = "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS"
 
 
 @pytest.mark.parametrize("args, says", [
     (["run", "600", "0"], USAGE),
     (["run", "+600"], USAGE),
     (["go"], USAGE),
+    (["run", "+600", "1-2"], USAGE),
+    (["run", "+600", "1,"], USAGE),
     (["later", "600"], USAGE),
     (["run", "+600", "0"], "no model; run bench/real_weights.sh model SHA256 first"),
     (["later", "+600"], "no deadline to move; start with bash bench/pairs.sh run"),
