@@ -37,9 +37,8 @@ def run_arms(folder: Path) -> dict[str, str] | None:
     return None
 
 
-def rows(folder: Path, arms: dict[str, str]) -> list[dict]:
+def rows(folder: Path, diagnosis: dict, arms: dict[str, str]) -> list[dict]:
     """One row per run of a folder's diagnosis.json: first-span finals, last-span reward, verdict."""
-    diagnosis = read_json(folder / "diagnosis.json")
     out = []
     for name, run in diagnosis["runs"].items():
         bins = run["bins"]
@@ -93,12 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: neither results.json nor config.json in {', '.join(unknown)}: a run's arm is read from them",
               file=sys.stderr)
         return 2
-    strays = [f"{f}/{name}" for f in args.folders for name in read_json(f / "diagnosis.json")["runs"]
-              if name not in arms[f]]
+    diagnoses = {f: read_json(f / "diagnosis.json") for f in args.folders}
+    strays = [f"{f}/{name}" for f, d in diagnoses.items() for name in d["runs"] if name not in arms[f]]
     if strays:
         print(f"error: {', '.join(strays)} diagnosed but not among its folder's planned runs", file=sys.stderr)
         return 2
-    runs = sorted((r for f in args.folders for r in rows(f, arms[f])), key=lambda r: r["finals_tokens_first"])
+    runs = sorted((r for f in args.folders for r in rows(f, diagnoses[f], arms[f])),
+                  key=lambda r: r["finals_tokens_first"])
     result = {"command": " ".join(["python bench/early_finals.py", *map(str, args.folders),
                                    f"--short {args.short:g} --bar {args.bar:g} --out {args.out}"]),
               "runs": runs, "split": split(runs, args.short, args.bar)}
