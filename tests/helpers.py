@@ -16,6 +16,16 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 
+def bench_script(name: str):
+    """bench/NAME.py loaded as a module (bench/ is scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny(vocab=97, device="cpu", dtype=torch.float32, layers=2):
     """A random-weight Qwen2 model of `layers` layers (hidden 64, 4 query and 2 KV heads), the same for a seed."""
     torch.manual_seed(0)

@@ -2,17 +2,14 @@
 the gradient, later updates on noise are smaller, a warm-up scales the first ones down, and one gradient goes on
 moving the weights through steps with none."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import bench_script
 
-spec = importlib.util.spec_from_file_location("adam_early", Path(__file__).parents[1] / "bench" / "adam_early.py")
-adam_early = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(adam_early)
+adam_early = bench_script("adam_early")
 
 
 def train(warmup: int = 0):

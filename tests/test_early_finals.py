@@ -1,14 +1,13 @@
 """`bench/early_finals.py` puts each run's first-span finals length beside its last-span reward, and splits the
 chat runs at a length into those that reached a reward bar and those that did not, with a Fisher exact test."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("early_finals", Path(__file__).parents[1] / "bench" / "early_finals.py")
-early_finals = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(early_finals)
+from helpers import bench_script
+
+early_finals = bench_script("early_finals")
 
 
 def span(steps, reward, finals):

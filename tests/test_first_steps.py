@@ -1,13 +1,12 @@
 """`bench/first_steps.py` finds the last step two runs of one seed drew the same chats and averages each span of
 their steps side by side."""
 
-import importlib.util
 import json
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("first_steps", Path(__file__).parents[1] / "bench" / "first_steps.py")
-first_steps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(first_steps)
+from helpers import bench_script
+
+first_steps = bench_script("first_steps")
 
 
 def step(n, reward=0.03, tokens=12000, grad_norm=0.07):

@@ -2,19 +2,15 @@
 `StaticEngine` reads (shared runs read once, a session's held tokens not again), write messages at their full
 length, and the learner's rows must be counted as the learner reads them."""
 
-import importlib.util
-from pathlib import Path
 
 import torch
-from helpers import prompts, tiny
+from helpers import bench_script, prompts, tiny
 
 from talktosolve.sampling.engine import Session
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Turn
 
-spec = importlib.util.spec_from_file_location("floor", Path(__file__).parents[1] / "bench" / "floor.py")
-floor = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(floor)
+floor = bench_script("floor")
 
 
 def test_the_counting_engine_reads_what_the_static_engine_reads_over_two_turns():

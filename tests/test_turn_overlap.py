@@ -3,13 +3,12 @@ longest message) and carried on (each call as long as its longest chat), and gro
 made: a training step holds every run's chats of that step, an evaluation pass `batch_evals` evaluations'
 `batch_chats` chats each."""
 
-import importlib.util
 import json
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("turn_overlap", Path(__file__).parents[1] / "bench" / "turn_overlap.py")
-turn_overlap = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(turn_overlap)
+from helpers import bench_script
+
+turn_overlap = bench_script("turn_overlap")
 
 
 def test_a_call_pays_each_turns_longest_message_turn_by_turn_and_its_longest_chat_carried_on():
