@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.pieces:
             made = pieces(args.out, args.pieces, args.piece_mib << 20)
             print(f"{len(made)} pieces of {args.piece_mib} MiB in {args.pieces}")
-    except BuildError as e:
+    except (BuildError, OSError) as e:  # OSError: a folder that cannot be written, a disk that is full
         print(f"coder_gguf: {e}", file=sys.stderr)
         return 1
     return 0

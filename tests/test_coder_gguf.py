@@ -113,3 +113,11 @@ def test_a_piece_size_below_1_mib_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         coder.main([str(tmp_path / "tied.gguf"), "--piece-mib", "0"])
     assert e.value.code == 2 and "--piece-mib is 0" in capsys.readouterr().err
+
+
+def test_a_folder_that_cannot_be_written_is_one_line_and_exit_1(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert coder.main([str(blocker / "tied.gguf")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("coder_gguf: ") and "file" in err[0]
