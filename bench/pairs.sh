@@ -7,7 +7,8 @@
 # sampling pass costs mostly its decode steps, which more rows do not add to, so a step of the group costs less
 # than its pairs' steps one after another; its kept folder is as many times larger as it has seeds.
 #
-#   bash bench/real_weights.sh model SHA256                 # once the pieces are in: $WORK/model
+#   bash bench/real_weights.sh model SHA256                 # once the pieces are in: $WORK/model (may run detached:
+#                                                           #   a `run` started meanwhile waits for it)
 #   bash bench/pairs.sh run +SECONDS K[,K...] ...           # detached: seeds K... in order, all stopped by then
 #   bash bench/pairs.sh later +SECONDS                      # the deadline moved to SECONDS from now (either way)
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh poll      # where seed K stands
@@ -39,7 +40,7 @@ case "${1:-}" in
 run)
     [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || usage
     for k in "${@:3}"; do [[ "$k" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; done
-    [ -f "$WORK/model/config.json" ] \
+    [ -f "$WORK/model/config.json" ] || [ -f "$WORK/model.converting" ] \
         || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
     set_deadline "${2#+}"; shift 2
     setsid nohup bash "$0" _sequence "$@" >> "$WORK/recipe.log" 2>&1 < /dev/null &
@@ -55,6 +56,16 @@ later)
     ;;
 _sequence)
     shift
+    # A model still being converted (bench/real_weights.sh model, detached): wait for it, within the deadline.
+    if [ ! -f "$WORK/model/config.json" ]; then
+        until [ -f "$WORK/model/config.json" ]; do
+            if [ ! -f "$WORK/model.converting" ] || [ "$(date +%s)" -ge "$(deadline)" ]; then
+                stage "no model: its conversion ended without one, or the deadline came"; stage "sequence end"; exit 1
+            fi
+            sleep 2
+        done
+        stage "model converted"
+    fi
     data=(); [ ! -d "$WORK/gsm8k" ] || data=(--gsm8k "$WORK/gsm8k")  # a preset of the micro world has none
     for k in "$@"; do
         tag=${k//,/-}  # seeds 1,2,3: the folder $NAME-s1-2-3, its pieces keep-s1-2-3

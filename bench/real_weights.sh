@@ -32,6 +32,9 @@ model)
     # Into model.part, then renamed: $WORK/model exists only whole, so a later step (or `bench/pairs.sh`) can wait
     # for it while this runs detached, as the kept pieces are carried in.
     if [ ! -f "$WORK/model/config.json" ]; then
+        # While this runs, `bench/pairs.sh run` may start: its sequence waits for the model while this marker is here.
+        touch "$WORK/model.converting"
+        trap 'rm -f "$WORK/model.converting"' EXIT
         cat "$WORK"/piece.* > "$WORK/tied.gguf"
         rm -rf "$WORK/model.part"
         python3 bench/gguf_to_folder.py "$WORK/tied.gguf" "$WORK/model.part" --sha256 "$2" 2>&1 | grep -v '%|'

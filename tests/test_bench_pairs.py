@@ -112,6 +112,43 @@ def test_a_group_of_seeds_is_one_folder_whose_runs_share_one_process(tiny_model_
     assert config["seeds"] == [0, 1] and config["train"]["runs_per_process"] == 4
 
 
+@pytest.mark.slow
+def test_a_run_started_while_the_model_converts_waits_for_it(tiny_model_dir, tmp_path):
+    (tmp_path / "model.converting").touch()  # what bench/real_weights.sh model leaves while it converts
+    assert pairs(tmp_path, "run", "+600", "0").returncode == 0
+    time.sleep(3)
+    assert not (tmp_path / "stable-s0").exists(), "nothing starts before the model is whole"
+    shutil.copytree(tiny_model_dir, tmp_path / "model.part")
+    (tmp_path / "model.part").rename(tmp_path / "model")
+    (tmp_path / "model.converting").unlink()
+    assert stages_when_done(tmp_path) == ["model converted", "seed 0 start", "seed 0 end rc=0", "sequence end"]
+    assert (tmp_path / "stable-s0" / "results.json").exists()
+
+
+def test_a_conversion_that_ends_without_a_model_ends_the_sequence(tmp_path):
+    (tmp_path / "model.converting").touch()
+    assert pairs(tmp_path, "run", "+600", "0").returncode == 0
+    time.sleep(1)
+    (tmp_path / "model.converting").unlink()
+    assert stages_when_done(tmp_path, timeout=30) == [
+        "no model: its conversion ended without one, or the deadline came", "sequence end"]
+    assert not (tmp_path / "stable-s0").exists()
+
+
+def test_the_model_step_marks_a_conversion_under_way_and_clears_the_mark(tmp_path):
+    """`real_weights.sh model` holds the marker while it converts and removes it however it ends (here it fails,
+    the pieces being no GGUF file)."""
+    (tmp_path / "piece.00").write_bytes(b"not a gguf")
+    seen = subprocess.Popen(["bash", "-c", f"until [ -f {tmp_path}/model.converting ]; do sleep 0.05; done; echo seen"],
+                            stdout=subprocess.PIPE, text=True)
+    done = subprocess.run(["bash", str(BENCH / "real_weights.sh"), "model", "0" * 64],
+                          env={**recipe_env(), "WORK": str(tmp_path), "PYTHON": sys.executable},
+                          capture_output=True, text=True, cwd=BENCH.parent, timeout=120)
+    assert done.returncode != 0
+    assert seen.communicate(timeout=10)[0].strip() == "seen"
+    assert not (tmp_path / "model.converting").exists() and not (tmp_path / "model").exists()
+
+
 USAGE = "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS"
 
 
