@@ -23,8 +23,8 @@ from pathlib import Path
 def load(folder: Path) -> dict[str, list[dict]]:
     """Each run's metrics rows, by run name, from either layout."""
     files = sorted(folder.glob("runs/*/metrics.jsonl")) or sorted(folder.glob("metrics/*.jsonl"))
-    runs = {(f.parent.name if f.name == "metrics.jsonl" else f.stem): [json.loads(line) for line in open(f)]
-            for f in files}
+    runs = {(f.parent.name if f.name == "metrics.jsonl" else f.stem):
+            [json.loads(line) for line in f.read_text().splitlines() if line.strip()] for f in files}
     if not runs:
         raise SystemExit(f"pair_figures: {folder} holds no runs/*/metrics.jsonl or metrics/*.jsonl")
     steps = {name: [r["step"] for r in rows] for name, rows in runs.items()}
