@@ -61,22 +61,22 @@ def training(runs: dict[str, list[dict]], width: int = 20) -> dict:
     return out
 
 
+def _summed(runs: dict[str, list[dict]], keys: tuple[str, ...]) -> list[dict]:
+    """Per step, each of `keys` summed over the runs (runs sharing a process each log their share of a step)."""
+    rows = list(runs.values())
+    return [{key: sum(r[i][key] for r in rows) for key in keys} for i in range(len(rows[0]))]
+
+
 def seconds(runs: dict[str, list[dict]]) -> dict:
     """A step's wall time (the runs' shares summed), its sampling and learning parts, the peak GPU memory."""
-    rows = list(runs.values())
-    n = len(rows[0])
-    per = {key: [sum(r[i][key] for r in rows) for i in range(n)]
-           for key in ("perf/seconds", "perf/sample_seconds", "perf/learn_seconds")}
-
-    def avg(key, a, b):
-        xs = per[key][a:b + 1]
-        return round(sum(xs) / len(xs), 2)
-
-    out = {"step_0": round(per["perf/seconds"][0], 1), f"step_mean_steps_1_{n - 1}": avg("perf/seconds", 1, n - 1),
-           f"sample_mean_steps_1_{n - 1}": avg("perf/sample_seconds", 1, n - 1),
-           f"learn_mean_steps_1_{n - 1}": avg("perf/learn_seconds", 1, n - 1),
-           "training": round(sum(per["perf/seconds"]), 1)}
-    peaks = [r["perf/peak_gpu_gb"] for run in rows for r in run if "perf/peak_gpu_gb" in r]
+    per = _summed(runs, ("perf/seconds", "perf/sample_seconds", "perf/learn_seconds"))
+    last = len(per) - 1
+    out = {"step_0": round(per[0]["perf/seconds"], 1),
+           f"step_mean_steps_1_{last}": _mean(per, "perf/seconds", 1, last, 2),
+           f"sample_mean_steps_1_{last}": _mean(per, "perf/sample_seconds", 1, last, 2),
+           f"learn_mean_steps_1_{last}": _mean(per, "perf/learn_seconds", 1, last, 2),
+           "training": round(sum(r["perf/seconds"] for r in per), 1)}
+    peaks = [r["perf/peak_gpu_gb"] for run in runs.values() for r in run if "perf/peak_gpu_gb" in r]
     if peaks:
         out["peak_gpu_gb"] = round(max(peaks), 1)
     return out
@@ -84,19 +84,19 @@ def seconds(runs: dict[str, list[dict]]) -> dict:
 
 def passes(runs: dict[str, list[dict]]) -> dict:
     """Steps 1.. grouped by each run's `train/draws`: how many, which, their mean sampling time and tokens."""
-    names, rows = list(runs), list(runs.values())
+    rows = list(runs.values())
     if any("train/draws" not in r[0] for r in rows):
         return {}
-    n = len(rows[0])
-    key = [tuple(r[i]["train/draws"] for r in rows) for i in range(1, n)]
-    out = {"runs": names}
-    for draws, count in sorted(Counter(key).items()):
-        steps = [i for i, k in zip(range(1, n), key) if k == draws]
-        sample = [sum(r[i]["perf/sample_seconds"] for r in rows) for i in steps]
-        tokens = [sum(r[i]["perf/tokens"] for r in rows) for i in steps]
+    per = _summed(runs, ("perf/sample_seconds", "perf/tokens"))
+    steps = range(1, len(per))
+    key = {i: tuple(r[i]["train/draws"] for r in rows) for i in steps}
+    out = {"runs": list(runs)}
+    for draws, count in sorted(Counter(key.values()).items()):
+        mine = [i for i in steps if key[i] == draws]
         out["draws_" + "_".join(map(str, draws))] = {
-            "steps": count, "first": steps[0], "last": steps[-1],
-            "sample_seconds_mean": round(sum(sample) / count, 2), "tokens_mean": round(sum(tokens) / count)}
+            "steps": count, "first": mine[0], "last": mine[-1],
+            "sample_seconds_mean": round(sum(per[i]["perf/sample_seconds"] for i in mine) / count, 2),
+            "tokens_mean": round(sum(per[i]["perf/tokens"] for i in mine) / count)}
     return out
 
 
