@@ -101,6 +101,7 @@ def test_a_deadline_brought_forward_stops_the_running_seed_and_starts_no_other(t
     assert not (tmp_path / "stable-s1").exists()
 
 
+@pytest.mark.slow
 def test_a_group_of_seeds_is_one_folder_whose_runs_share_one_process(tiny_model_dir, tmp_path):
     shutil.copytree(tiny_model_dir, tmp_path / "model")
     sets = SETS.replace(" --set train.runs_per_process=2", "")
