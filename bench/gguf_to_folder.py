@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from talktosolve.config import ModelConfig
-from talktosolve.model.policy import load_base, load_tokenizer, stop_ids
+from talktosolve.model.policy import gguf_read_once, load_base, load_tokenizer, stop_ids
 from talktosolve.model.smollm2 import sha256
 
 
@@ -35,8 +35,9 @@ def main() -> None:
             raise SystemExit(f"{args.gguf}: sha256 {got}, expected {args.sha256}; join the pieces again.")
     t0 = time.perf_counter()
     cfg = ModelConfig(name_or_path=str(args.gguf), dtype=args.dtype)
-    model = load_base(cfg, torch.device("cpu"))
-    tok = load_tokenizer(cfg)
+    with gguf_read_once():  # the file's vocabulary parsed once for the config, the weights and the tokenizer
+        model = load_base(cfg, torch.device("cpu"))
+        tok = load_tokenizer(cfg)
     model.name_or_path = str(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)

@@ -16,7 +16,7 @@ from talktosolve.config import make_config
 from talktosolve.learning.grpo import Sample, pad_right
 from talktosolve.learning.logprobs import token_logprobs
 from talktosolve.micro.task import make_problems
-from talktosolve.model.policy import stop_ids
+from talktosolve.model.policy import gguf_read_once, load_base, load_tokenizer, stop_ids
 from talktosolve.protocol import protocol_of
 from talktosolve.sampling.fast_engine import StaticEngine
 from talktosolve.sampling.rollout import Player, play_chats
@@ -66,6 +66,26 @@ def test_the_gguf_loads_as_a_plain_dequantized_model_with_its_tokenizer_and_temp
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert tok.chat_template and tok.padding_side == "left" and tok.pad_token_id is not None
     assert tok.convert_tokens_to_ids(end_of_turn(tok)) in stop_ids(tok, model)
+
+
+def test_the_gguf_file_is_parsed_once_for_its_config_weights_and_tokenizer(smollm2, smollm2_gguf, monkeypatch):
+    import gguf
+
+    parsed, original = [], gguf.GGUFReader
+
+    class Counted(original):
+        def __init__(self, path, *args, **kwargs):
+            parsed.append(path)
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    cfg = smollm2[0]
+    with gguf_read_once():
+        model, tok = load_base(cfg.model, torch.device("cpu")), load_tokenizer(cfg.model)
+    assert len(parsed) == 1, parsed
+    assert gguf.GGUFReader is Counted, "the block leaves the package as it found it"
+    assert tok.get_vocab() == smollm2[1].get_vocab()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), smollm2[2].state_dict().values()))
 
 
 def test_views_render_with_the_models_template_and_the_configured_system_prompt(smollm2):

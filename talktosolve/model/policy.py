@@ -13,11 +13,15 @@ when `talktosolve` is imported (`talktosolve.micro`); model loading itself knows
 A GGUF checkpoint (a `.gguf` file, or a folder holding one and no `config.json`) is read by transformers with
 the `gguf` package (the `gguf` extra): every weight is dequantized to the configured dtype, so LoRA, full
 fine-tuning and the fast engine see an ordinary model, and the tokenizer and chat template come from the same
-file. The model then names the GGUF file as its path, which PEFT records as a saved adapter's base.
+file. The model then names the GGUF file as its path, which PEFT records as a saved adapter's base. transformers
+opens the file anew for the config, the tokenizer and the weights, and each opening parses the whole vocabulary one
+numpy slice at a time (a third of a conversion's time for Qwen2.5's 151k tokens): inside `gguf_read_once` every
+opening of a file gets one reader of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -107,6 +111,35 @@ def gguf_file(path: str) -> Path | None:
     return found[0] if found else None
 
 
+_READERS: dict | None = None  # (path, mtime) -> gguf.GGUFReader, while a `gguf_read_once` block is open
+
+
+@contextlib.contextmanager
+def gguf_read_once():
+    """Within this block (blocks nest), each GGUF file is parsed once, however often transformers opens it."""
+    global _READERS
+    if _READERS is not None:
+        yield
+        return
+    import gguf
+
+    original = gguf.GGUFReader
+
+    def reader(path, mode="r"):
+        if mode != "r":
+            return original(path, mode)
+        key = (str(Path(path).resolve()), os.stat(path).st_mtime_ns)
+        if key not in _READERS:
+            _READERS[key] = original(path, mode)
+        return _READERS[key]
+
+    _READERS, gguf.GGUFReader = {}, reader
+    try:
+        yield
+    finally:
+        _READERS, gguf.GGUFReader = None, original
+
+
 def load_tokenizer(cfg: ModelConfig):
     from transformers import AutoTokenizer
 
@@ -114,7 +147,8 @@ def load_tokenizer(cfg: ModelConfig):
     gguf = gguf_file(path)
     try:
         if gguf is not None:
-            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            with gguf_read_once():
+                tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         elif _saved_class(path) in ("PreTrainedTokenizerFast", "TokenizersBackend"):
             # transformers 5 maps any folder whose config says `qwen2` to Qwen2Tokenizer, ignoring the class the
             # folder names: a plain fast tokenizer (the micro world's word-level one) must be loaded as itself.
@@ -174,10 +208,11 @@ def load_base(cfg: ModelConfig, device: torch.device):
     else:
         source, where = path, {"use_safetensors": True}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
-            attn_implementation=cfg.attn_implementation, **where,
-        )
+        with gguf_read_once() if gguf is not None else contextlib.nullcontext():  # config and weights: one parse
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
+                attn_implementation=cfg.attn_implementation, **where,
+            )
     except (OSError, ValueError) as e:
         raise ModelError(
             f"Cannot load model `{path}`: {e}\nGive a local folder with safetensors weights, a .gguf file or a "
