@@ -16,7 +16,8 @@ fine-tuning and the fast engine see an ordinary model, and the tokenizer and cha
 file. The model then names the GGUF file as its path, which PEFT records as a saved adapter's base. transformers
 opens the file anew for the config, the tokenizer and the weights, and each opening parses the whole vocabulary one
 numpy slice at a time (a third of a conversion's time for Qwen2.5's 151k tokens): inside `gguf_read_once` every
-opening of a file gets one reader of it.
+opening of a file gets one reader of it. `load_base` opens it in one (the config and the weights); a caller that
+loads the tokenizer too spans both with one.
 """
 
 from __future__ import annotations
@@ -147,8 +148,7 @@ def load_tokenizer(cfg: ModelConfig):
     gguf = gguf_file(path)
     try:
         if gguf is not None:
-            with gguf_read_once():
-                tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         elif _saved_class(path) in ("PreTrainedTokenizerFast", "TokenizersBackend"):
             # transformers 5 maps any folder whose config says `qwen2` to Qwen2Tokenizer, ignoring the class the
             # folder names: a plain fast tokenizer (the micro world's word-level one) must be loaded as itself.
