@@ -124,15 +124,17 @@ def _added_later(cfg, written: dict) -> dict:
                                     "paper-informative-qwen2.5-coder-1.5b/chat-seeds-0-5",
                                     "paper-stable-qwen2.5-coder-1.5b/chat-seeds-0-5",
                                     "paper-stable-pairs-qwen2.5-coder-1.5b/seed-0",
+                                    "paper-stable-warmup-pairs-qwen2.5-coder-1.5b/seed-0",
                                     "paper-stable-warmup-pairs-qwen2.5-coder-1.5b/seed-1",
                                     "warmup-screen-qwen2.5-coder-1.5b"])
 def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records(folder):
     """The run's config.json is what its provenance's command makes of the preset as committed: a preset edited
     after the run would describe a run that was never made. Settings added since, which do not count in it, are
-    left out."""
+    left out. A pair committed after the first has a block of its own in the provenance (`seed_K`)."""
     run = json.loads((EXPERIMENTS / folder / "config.json").read_text())
-    command = shlex.split(json.loads((EXPERIMENTS / folder.split("/")[0] / "provenance.json").read_text())
-                          ["commands"]["runs"])
+    provenance = json.loads((EXPERIMENTS / folder.split("/")[0] / "provenance.json").read_text())
+    provenance = provenance.get(folder.split("/")[-1].replace("-", "_"), provenance)
+    command = shlex.split(provenance["commands"]["runs"])
     flags = [(a, b) for a, b in zip(command, command[1:]) if a.startswith("--")]
     overrides = parse_overrides([value for flag, value in flags if flag == "--set"])
     overrides.setdefault("data", {})["gsm8k"] = dict(flags)["--gsm8k"]
