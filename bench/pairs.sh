@@ -10,6 +10,7 @@
 #   bash bench/real_weights.sh model SHA256                 # once the pieces are in: $WORK/model (may run detached:
 #                                                           #   a `run` started meanwhile waits for it)
 #   bash bench/pairs.sh run +SECONDS K[,K...] ...           # detached: seeds K... in order, all stopped by then
+#                                                           #   (MIN_START=S: start none with under S s left)
 #   bash bench/pairs.sh later +SECONDS                      # the deadline moved to SECONDS from now (either way)
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh poll      # where seed K stands
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh keep DIR  # after the stop: the pieces to carry on with
@@ -29,6 +30,9 @@ PYTHON=${PYTHON:-python3}
 SETS=${SETS:---set train.draw_batches=4 --set eval.batch_evals=4}
 # The runs of one seed (the preset's arms): a folder's runs share one process.
 RUNS_PER_SEED=${RUNS_PER_SEED:-2}
+# A seed starts only with this many seconds left before the deadline: a pair stopped after a few steps costs its
+# keep and its carrying back and forth (minutes) for little training, so a lease may rather leave it to the next.
+MIN_START=${MIN_START:-60}
 
 stage() { echo "$1 $(date -u +%T) $(date +%s)" >> "$WORK/stages"; }
 usage() { echo "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS" >&2; exit 2; }
@@ -40,6 +44,7 @@ case "${1:-}" in
 run)
     [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || usage
     for k in "${@:3}"; do [[ "$k" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; done
+    [[ "$MIN_START" =~ ^[0-9]+$ ]] || { echo "MIN_START=$MIN_START: give it as whole seconds, e.g. MIN_START=600" >&2; exit 2; }
     [ -f "$WORK/model/config.json" ] || [ -f "$WORK/model.converting" ] \
         || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
     set_deadline "${2#+}"; shift 2
@@ -80,7 +85,7 @@ _sequence)
             [ -f "$base/summary.json" ] && [ ! -e "$run/evals/$(basename "$base")" ] && cp -r "$base" "$run/evals/"
         done
         left=$(( $(deadline) - $(date +%s) ))
-        [ $left -gt 60 ] || { stage "seed $k not started: the deadline is near"; break; }
+        [ $left -gt "$MIN_START" ] || { stage "seed $k not started: the deadline is near"; break; }
         stage "seed $k start"
         rc=0
         # shellcheck disable=SC2086  # SETS is a list of arguments

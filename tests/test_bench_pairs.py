@@ -20,8 +20,9 @@ SETS = ("--set model.finetune=lora --set model.lora_r=4 --set data.n_train=16 --
         "--set train.steps=2 --set train.problems_per_step=2 --set train.runs_per_process=2")
 
 
-def pairs(work: Path, *args: str, sets: str = SETS) -> subprocess.CompletedProcess:
-    env = {**recipe_env(), "WORK": str(work), "PRESET": "micro", "SETS": sets, "PYTHON": sys.executable}
+def pairs(work: Path, *args: str, sets: str = SETS, min_start: str | None = None) -> subprocess.CompletedProcess:
+    env = {**recipe_env(), "WORK": str(work), "PRESET": "micro", "SETS": sets, "PYTHON": sys.executable,
+           **({"MIN_START": min_start} if min_start else {})}
     return subprocess.run(["bash", str(BENCH / "pairs.sh"), *args], env=env, capture_output=True, text=True)
 
 
@@ -77,9 +78,11 @@ def test_seeds_run_in_order_reuse_the_untrained_evaluations_and_a_kept_seed_resu
     assert strip_times(json.loads((work / "stable-s0" / "results.json").read_text())) == results
 
 
-def test_a_deadline_too_near_starts_no_seed(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("seconds, min_start", [(30, None), (300, "400")])
+def test_a_deadline_too_near_starts_no_seed(tiny_model_dir, tmp_path, seconds, min_start):
+    """Too near: under a minute by default, under MIN_START seconds where it is set."""
     shutil.copytree(tiny_model_dir, tmp_path / "model")
-    assert pairs(tmp_path, "run", "+30", "0").returncode == 0
+    assert pairs(tmp_path, "run", f"+{seconds}", "0", min_start=min_start).returncode == 0
     assert stages_when_done(tmp_path, 30) == ["seed 0 not started: the deadline is near", "sequence end"]
     assert not (tmp_path / "recipe.log").read_text().strip()
 
@@ -166,3 +169,10 @@ USAGE = "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS"
 def test_a_wrong_command_says_what_to_do_in_one_line(tmp_path, args, says):
     done = pairs(tmp_path, *args)
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_min_start_that_is_not_seconds_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    done = pairs(tmp_path, "run", "+600", "0", min_start="10m")
+    assert done.returncode == 2 and done.stderr.strip() == "MIN_START=10m: give it as whole seconds, e.g. MIN_START=600"
+    assert not (tmp_path / "stages").exists()
