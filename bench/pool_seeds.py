@@ -70,6 +70,10 @@ def compare(arms: dict[str, list]) -> dict:
 
 
 def pool(folders: list[Path], out: Path) -> dict:
+    named = [f.resolve() for f in folders]
+    twice = sorted({str(f) for f in folders if named.count(f.resolve()) > 1})
+    if twice:
+        raise SystemExit(f"{', '.join(twice)}: named twice; pool each folder once.")
     read = {f: read_folder(f) for f in folders}
     label = {f: (f.resolve().relative_to(out.parent.resolve()).as_posix()
                  if f.resolve().is_relative_to(out.parent.resolve()) else str(f)) for f in folders}
