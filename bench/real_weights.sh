@@ -13,6 +13,8 @@
 #   bash bench/real_weights.sh stop                   # SIGTERM: the recipe stops after its step, checkpoints there
 #   bash bench/real_weights.sh keep DIR               # the folder in 16 MiB pieces that a later lease resumes from
 #   bash bench/real_weights.sh resume DIR             # (next lease, pieces carried in) unpack them, then `start`
+#   bash bench/real_weights.sh save-cache DEST        # torch inductor's compile cache on this machine, as one tgz
+#   bash bench/real_weights.sh load-cache TGZ         # (next lease, before the recipe) its first step compiles less
 #
 # The run is `talktosolve recipe --preset $PRESET` (default paper) with the model and GSM8K folder below and six runs per process.
 # Run again after an interruption, `start` resumes the same folder (the recipe is resumable step by step).
@@ -134,8 +136,23 @@ resume)
     else cat "$2"/keep.tar.* | tar -x -C "$RUN"; fi
     ls "$RUN/runs"
     ;;
+save-cache | load-cache)
+    # A process's first step compiles the learner's layers (torch inductor, its Triton kernels); torch keeps what it
+    # compiled in this folder and reuses it in a later process of the same code, torch and GPU, but a lease ends
+    # with its disk. Carried from one lease to the next, the cache makes the next recipe's first step cheaper.
+    dir=${TORCHINDUCTOR_CACHE_DIR:-/tmp/torchinductor_$(whoami)}
+    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh $1 FILE" >&2; exit 2; }
+    if [ "$1" = save-cache ]; then
+        [ -d "$dir" ] || { echo "no compile cache at $dir: it is written by a recipe's first step on this machine" >&2; exit 1; }
+        tar -C "$dir" -czf "$2" .
+    else
+        [ -f "$2" ] || { echo "no file $2: carry in what save-cache wrote in an earlier lease" >&2; exit 1; }
+        mkdir -p "$dir" && tar -xzf "$2" -C "$dir"
+    fi
+    du -sh "$dir" "$2" | tr '\n' ' '; echo
+    ;;
 *)
-    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR" >&2
+    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR | save-cache FILE | load-cache FILE" >&2
     exit 2
     ;;
 esac
