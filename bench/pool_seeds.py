@@ -35,6 +35,9 @@ def team(results: dict, name: str) -> dict:
 
 def read_folder(folder: Path) -> dict:
     """One recipe folder: per arm, {seed: (eval folder, scores, figures)}, and its untrained pair's figures."""
+    if not (folder / "results.json").is_file():
+        raise SystemExit(f"{folder} holds no results.json: pool finished recipe folders (or copies of their "
+                         "results.json and evals/*/summary.json).")
     results = read_json(folder / "results.json")
     missing = [a for a in ARMS if a not in results["arms"]]
     if missing:
@@ -44,6 +47,9 @@ def read_folder(folder: Path) -> dict:
         arms[arm] = {}
         for seed, fig in results["arms"][arm]["seeds"].items():
             name = f"{arm}-s{seed}"
+            if not (folder / "evals" / name / "summary.json").is_file():
+                raise SystemExit(f"{folder} holds no evals/{name}/summary.json, whose per-problem scores the "
+                                 "pooled interval needs; copy it from the recipe folder.")
             summary = read_json(folder / "evals" / name / "summary.json")
             if abs(summary["accuracy"] - results["evals"][name]["accuracy"]) > 1e-12:
                 raise SystemExit(f"{folder}: evals/{name}/summary.json and results.json disagree on its accuracy; "

@@ -1,6 +1,6 @@
 """`bench/pool_seeds.py` pools the seeds of several recipe folders into one chat-vs-cut comparison. Every committed
 comparison.json is what the script computes today from the folders it names, so a figure the docs quote from one
-follows from the committed evaluations."""
+follows from the committed evaluations; a seed pooled twice, or a folder without what pooling reads, is one line."""
 
 import json
 import shutil
@@ -36,3 +36,16 @@ def test_a_folder_named_twice_is_refused_rather_than_pooled_once(tmp_path):
     folder = ROOT / EXPERIMENTS / "paper-stable-warmup-pairs-qwen2.5-coder-1.5b" / "seed-2"
     with pytest.raises(SystemExit, match="named twice"):
         pool_seeds.pool([folder, folder / ".." / "seed-2"], tmp_path / "comparison.json")
+
+
+def test_a_folder_without_results_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="holds no results.json"):
+        pool_seeds.pool([tmp_path / "not-a-recipe"], tmp_path / "comparison.json")
+
+
+def test_a_folder_without_an_evaluations_scores_is_one_line(tmp_path):
+    copy = tmp_path / "seed-2"
+    shutil.copytree(ROOT / EXPERIMENTS / "paper-stable-warmup-pairs-qwen2.5-coder-1.5b" / "seed-2", copy)
+    (copy / "evals" / "cut-s2" / "summary.json").unlink()
+    with pytest.raises(SystemExit, match=r"holds no evals/cut-s2/summary.json"):
+        pool_seeds.pool([copy], tmp_path / "comparison.json")
