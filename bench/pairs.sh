@@ -11,6 +11,8 @@
 #                                                           #   a `run` started meanwhile waits for it)
 #   bash bench/pairs.sh run +SECONDS K[,K...] ...           # detached: seeds K... in order, all stopped by then
 #                                                           #   (MIN_START=S: start none with under S s left)
+#                                                           #   (FINISH_BY=+S: a pair that would end within S s
+#                                                           #   of `run` is let finish past the deadline)
 #   bash bench/pairs.sh later +SECONDS                      # the deadline moved to SECONDS from now (either way)
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh poll      # where seed K stands
 #   RUN=$WORK/$NAME-sK bash bench/real_weights.sh keep DIR  # after the stop: the pieces to carry on with
@@ -20,7 +22,10 @@
 # are the same for every seed, so the recipe reuses them and plays only the trained runs'. A seed whose recipe
 # fails or is stopped ends the sequence. Stages go to $WORK/stages, the recipes' output to $WORK/recipe.log.
 # The deadline lives in $WORK/deadline (seconds since the epoch), read every two seconds while a recipe runs: `later`
-# lifts it for a pair that would finish soon after it, or brings it forward.
+# lifts it for a pair that would finish soon after it, or brings it forward. With FINISH_BY (the lease's end, less
+# what bringing the results back takes), the sequence decides that itself when the deadline comes: it asks
+# bench/pair_eta.py how long the running pair still needs (its steps left at its recent pace, then EVAL_SECONDS
+# of evaluations) and, when that ends by FINISH_BY, moves the deadline there once; otherwise it stops the pair.
 set -euo pipefail
 WORK=${WORK:-/tmp/real}
 NAME=${NAME:-stable}
@@ -33,6 +38,9 @@ RUNS_PER_SEED=${RUNS_PER_SEED:-2}
 # A seed starts only with this many seconds left before the deadline: a pair stopped after a few steps costs its
 # keep and its carrying back and forth (minutes) for little training, so a lease may rather leave it to the next.
 MIN_START=${MIN_START:-60}
+# What a pair's evaluations take once its training ends, for FINISH_BY's projection: the trained runs' six
+# evaluations (the untrained pair's are reused), generously.
+EVAL_SECONDS=${EVAL_SECONDS:-180}
 
 stage() { echo "$1 $(date -u +%T) $(date +%s)" >> "$WORK/stages"; }
 usage() { echo "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS" >&2; exit 2; }
@@ -45,9 +53,15 @@ run)
     [[ "${2:-}" =~ ^\+[0-9]+$ ]] && [ $# -ge 3 ] || usage
     for k in "${@:3}"; do [[ "$k" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage; done
     [[ "$MIN_START" =~ ^[0-9]+$ ]] || { echo "MIN_START=$MIN_START: give it as whole seconds, e.g. MIN_START=600" >&2; exit 2; }
+    [[ "$EVAL_SECONDS" =~ ^[0-9]+$ ]] || { echo "EVAL_SECONDS=$EVAL_SECONDS: give it as whole seconds, e.g. EVAL_SECONDS=180" >&2; exit 2; }
+    if [ -n "${FINISH_BY:-}" ]; then
+        [[ "$FINISH_BY" =~ ^\+[0-9]+$ ]] && [ "${FINISH_BY#+}" -ge "${2#+}" ] \
+            || { echo "FINISH_BY=$FINISH_BY: give the lease's end as +SECONDS from now, no sooner than the deadline ${2}" >&2; exit 2; }
+    fi
     [ -f "$WORK/model/config.json" ] || [ -f "$WORK/model.converting" ] \
         || { echo "$WORK/model: no model; run bench/real_weights.sh model SHA256 first" >&2; exit 2; }
     set_deadline "${2#+}"; shift 2
+    rm -f "$WORK/finish_by"; [ -z "${FINISH_BY:-}" ] || echo $(( $(date +%s) + ${FINISH_BY#+} )) > "$WORK/finish_by"
     setsid nohup bash "$0" _sequence "$@" >> "$WORK/recipe.log" 2>&1 < /dev/null &
     echo "seeds $* until $(date -u -d @"$(deadline)" +%T) (pid $!)"
     ;;
@@ -94,8 +108,21 @@ _sequence)
             --set train.runs_per_process=$(( seeds * RUNS_PER_SEED )) $SETS &
         pid=$!
         # SIGTERM at the deadline as it stands: training stops at the end of the step in progress, checkpoints saved.
+        # Unless the pair would end by FINISH_BY: then the deadline moves there, once.
         while kill -0 $pid 2> /dev/null; do
-            [ "$(date +%s)" -lt "$(deadline)" ] || { kill -TERM $pid; break; }
+            if [ "$(date +%s)" -ge "$(deadline)" ]; then
+                finish=$(cat "$WORK/finish_by" 2> /dev/null || true)
+                eta=
+                [ -z "$finish" ] || [ "$finish" -le "$(deadline)" ] \
+                    || eta=$("$PYTHON" "$(dirname "$0")/pair_eta.py" "$run" --eval-seconds "$EVAL_SECONDS" 2>> "$WORK/recipe.log") \
+                    || eta=
+                if [ -n "$eta" ] && [ $(( $(date +%s) + eta )) -le "$finish" ]; then
+                    echo "$finish" > "$WORK/deadline.part" && mv "$WORK/deadline.part" "$WORK/deadline"
+                    stage "seed $k needs about ${eta} s: deadline moved to $(date -u -d @"$finish" +%T)"
+                else
+                    kill -TERM $pid; break
+                fi
+            fi
             sleep 2
         done
         wait $pid || rc=$?

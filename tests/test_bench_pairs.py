@@ -20,9 +20,10 @@ SETS = ("--set model.finetune=lora --set model.lora_r=4 --set data.n_train=16 --
         "--set train.steps=2 --set train.problems_per_step=2 --set train.runs_per_process=2")
 
 
-def pairs(work: Path, *args: str, sets: str = SETS, min_start: str | None = None) -> subprocess.CompletedProcess:
+def pairs(work: Path, *args: str, sets: str = SETS, min_start: str | None = None,
+          **env_more: str) -> subprocess.CompletedProcess:
     env = {**recipe_env(), "WORK": str(work), "PRESET": "micro", "SETS": sets, "PYTHON": sys.executable,
-           **({"MIN_START": min_start} if min_start else {})}
+           **({"MIN_START": min_start} if min_start else {}), **env_more}
     return subprocess.run(["bash", str(BENCH / "pairs.sh"), *args], env=env, capture_output=True, text=True)
 
 
@@ -104,6 +105,39 @@ def test_a_deadline_brought_forward_stops_the_running_seed_and_starts_no_other(t
     assert not (tmp_path / "stable-s1").exists()
 
 
+def logged_a_step(run: Path, timeout: float = 120) -> None:
+    """Wait until both runs of the pair have logged a step (a pace to project from)."""
+    end = time.monotonic() + timeout
+    while not all((run / "runs" / r / "metrics.jsonl").exists() and (run / "runs" / r / "metrics.jsonl").read_text()
+                  for r in ("chat-s0", "cut-s0")):
+        assert time.monotonic() < end, "the pair logged no step"
+        time.sleep(0.2)
+
+
+def test_a_pair_that_would_end_by_finish_by_goes_on_past_its_deadline(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    sets = SETS.replace("train.steps=2", "train.steps=8")
+    assert pairs(tmp_path, "run", "+600", "0", sets=sets, FINISH_BY="+900", EVAL_SECONDS="0").returncode == 0
+    logged_a_step(tmp_path / "stable-s0")
+    assert pairs(tmp_path, "later", "+0").returncode == 0
+    stages = stages_when_done(tmp_path, 300)
+    assert stages[0] == "seed 0 start" and stages[1].startswith("deadline moved to ")
+    assert stages[2].startswith("seed 0 needs about ") and " s: deadline moved to " in stages[2], stages
+    assert stages[3:] == ["seed 0 end rc=0", "sequence end"]
+    assert (tmp_path / "stable-s0" / "results.json").exists()
+
+
+def test_a_pair_that_would_not_end_by_finish_by_stops_at_its_deadline(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    sets = SETS.replace("train.steps=2", "train.steps=8")
+    assert pairs(tmp_path, "run", "+600", "0", sets=sets, FINISH_BY="+900", EVAL_SECONDS="5000").returncode == 0
+    logged_a_step(tmp_path / "stable-s0")
+    assert pairs(tmp_path, "later", "+0").returncode == 0
+    stages = stages_when_done(tmp_path, 120)
+    assert stages[:1] + stages[2:] == ["seed 0 start", "seed 0 end rc=143", "sequence end"], stages
+    assert not (tmp_path / "stable-s0" / "results.json").exists()
+
+
 @pytest.mark.slow
 def test_a_group_of_seeds_is_one_folder_whose_runs_share_one_process(tiny_model_dir, tmp_path):
     shutil.copytree(tiny_model_dir, tmp_path / "model")
@@ -169,6 +203,21 @@ USAGE = "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS"
 def test_a_wrong_command_says_what_to_do_in_one_line(tmp_path, args, says):
     done = pairs(tmp_path, *args)
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+FINISH_BY_SAYS = ": give the lease's end as +SECONDS from now, no sooner than the deadline +600"
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"FINISH_BY": "900"}, "FINISH_BY=900" + FINISH_BY_SAYS),
+    ({"FINISH_BY": "+300"}, "FINISH_BY=+300" + FINISH_BY_SAYS),
+    ({"EVAL_SECONDS": "2m"}, "EVAL_SECONDS=2m: give it as whole seconds, e.g. EVAL_SECONDS=180"),
+])
+def test_a_finish_by_or_eval_seconds_that_cannot_be_read_is_refused_in_one_line(tiny_model_dir, tmp_path, env, says):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    done = pairs(tmp_path, "run", "+600", "0", **env)
+    assert done.returncode == 2 and done.stderr.strip() == says
+    assert not (tmp_path / "stages").exists()
 
 
 def test_a_min_start_that_is_not_seconds_is_refused_in_one_line(tiny_model_dir, tmp_path):
