@@ -105,22 +105,23 @@ def test_a_deadline_brought_forward_stops_the_running_seed_and_starts_no_other(t
     assert not (tmp_path / "stable-s1").exists()
 
 
-def logged_a_step(run: Path, timeout: float = 120) -> None:
-    """Wait until both runs of the pair have logged a step (a pace to project from)."""
-    end = time.monotonic() + timeout
-    while not all((run / "runs" / r / "metrics.jsonl").exists() and (run / "runs" / r / "metrics.jsonl").read_text()
-                  for r in ("chat-s0", "cut-s0")):
+def deadline_passes(tiny_model_dir: Path, work: Path, eval_seconds: str) -> list[str]:
+    """A pair of 8 steps run with FINISH_BY 15 minutes away, its deadline brought to now once both runs have
+    logged a step (a pace to project from), and `eval_seconds` for its evaluations. -> the stages."""
+    shutil.copytree(tiny_model_dir, work / "model")
+    sets = SETS.replace("train.steps=2", "train.steps=8")
+    assert pairs(work, "run", "+600", "0", sets=sets, FINISH_BY="+900", EVAL_SECONDS=eval_seconds).returncode == 0
+    metrics = [work / "stable-s0" / "runs" / r / "metrics.jsonl" for r in ("chat-s0", "cut-s0")]
+    end = time.monotonic() + 120
+    while not all(m.exists() and m.read_text() for m in metrics):
         assert time.monotonic() < end, "the pair logged no step"
         time.sleep(0.2)
+    assert pairs(work, "later", "+0").returncode == 0
+    return stages_when_done(work, 300)
 
 
 def test_a_pair_that_would_end_by_finish_by_goes_on_past_its_deadline(tiny_model_dir, tmp_path):
-    shutil.copytree(tiny_model_dir, tmp_path / "model")
-    sets = SETS.replace("train.steps=2", "train.steps=8")
-    assert pairs(tmp_path, "run", "+600", "0", sets=sets, FINISH_BY="+900", EVAL_SECONDS="0").returncode == 0
-    logged_a_step(tmp_path / "stable-s0")
-    assert pairs(tmp_path, "later", "+0").returncode == 0
-    stages = stages_when_done(tmp_path, 300)
+    stages = deadline_passes(tiny_model_dir, tmp_path, eval_seconds="0")
     assert stages[0] == "seed 0 start" and stages[1].startswith("deadline moved to ")
     assert stages[2].startswith("seed 0 needs about ") and " s: deadline moved to " in stages[2], stages
     assert stages[3:] == ["seed 0 end rc=0", "sequence end"]
@@ -128,12 +129,7 @@ def test_a_pair_that_would_end_by_finish_by_goes_on_past_its_deadline(tiny_model
 
 
 def test_a_pair_that_would_not_end_by_finish_by_stops_at_its_deadline(tiny_model_dir, tmp_path):
-    shutil.copytree(tiny_model_dir, tmp_path / "model")
-    sets = SETS.replace("train.steps=2", "train.steps=8")
-    assert pairs(tmp_path, "run", "+600", "0", sets=sets, FINISH_BY="+900", EVAL_SECONDS="5000").returncode == 0
-    logged_a_step(tmp_path / "stable-s0")
-    assert pairs(tmp_path, "later", "+0").returncode == 0
-    stages = stages_when_done(tmp_path, 120)
+    stages = deadline_passes(tiny_model_dir, tmp_path, eval_seconds="5000")
     assert stages[:1] + stages[2:] == ["seed 0 start", "seed 0 end rc=143", "sequence end"], stages
     assert not (tmp_path / "stable-s0" / "results.json").exists()
 
