@@ -45,8 +45,10 @@ EVAL_SECONDS=${EVAL_SECONDS:-180}
 stage() { echo "$1 $(date -u +%T) $(date +%s)" >> "$WORK/stages"; }
 usage() { echo "usage: bash bench/pairs.sh run +SECONDS K[,K...] ... | later +SECONDS" >&2; exit 2; }
 deadline() { cat "$WORK/deadline"; }
-# Written whole (a rename), since the sequence may read it at any moment.
-set_deadline() { echo $(( $(date +%s) + $1 )) > "$WORK/deadline.part" && mv "$WORK/deadline.part" "$WORK/deadline"; }
+# Written whole (a rename), since the sequence may read it at any moment: at $1 (seconds since the epoch), or $1
+# seconds from now.
+write_deadline() { echo "$1" > "$WORK/deadline.part" && mv "$WORK/deadline.part" "$WORK/deadline"; }
+set_deadline() { write_deadline $(( $(date +%s) + $1 )); }
 
 case "${1:-}" in
 run)
@@ -117,7 +119,7 @@ _sequence)
                     || eta=$("$PYTHON" "$(dirname "$0")/pair_eta.py" "$run" --eval-seconds "$EVAL_SECONDS" 2>> "$WORK/recipe.log") \
                     || eta=
                 if [ -n "$eta" ] && [ $(( $(date +%s) + eta )) -le "$finish" ]; then
-                    echo "$finish" > "$WORK/deadline.part" && mv "$WORK/deadline.part" "$WORK/deadline"
+                    write_deadline "$finish"
                     stage "seed $k needs about ${eta} s: deadline moved to $(date -u -d @"$finish" +%T)"
                 else
                     kill -TERM $pid; break
