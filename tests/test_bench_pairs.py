@@ -106,10 +106,12 @@ def test_a_deadline_brought_forward_stops_the_running_seed_and_starts_no_other(t
 
 
 def deadline_passes(tiny_model_dir: Path, work: Path, eval_seconds: str) -> list[str]:
-    """A pair of 8 steps run with FINISH_BY 15 minutes away, its deadline brought to now once both runs have
-    logged a step (a pace to project from), and `eval_seconds` for its evaluations. -> the stages."""
+    """A pair of 40 steps run with FINISH_BY 15 minutes away, its deadline brought to now once both runs have
+    logged a step (a pace to project from), and `eval_seconds` for its evaluations. -> the stages. Enough steps
+    that the deadline, read every two seconds, comes while the pair still trains: a stop asked in its last step
+    or after it no longer stops it."""
     shutil.copytree(tiny_model_dir, work / "model")
-    sets = SETS.replace("train.steps=2", "train.steps=8")
+    sets = SETS.replace("train.steps=2", "train.steps=40")
     assert pairs(work, "run", "+600", "0", sets=sets, FINISH_BY="+900", EVAL_SECONDS=eval_seconds).returncode == 0
     metrics = [work / "stable-s0" / "runs" / r / "metrics.jsonl" for r in ("chat-s0", "cut-s0")]
     end = time.monotonic() + 120
