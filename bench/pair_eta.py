@@ -46,7 +46,7 @@ def folder_left(folder: Path, eval_seconds: float, now: float | None = None) -> 
     done = [r / "done.json" for r in runs]
     if runs and all(d.exists() for d in done):
         return seconds_left([], config["train"]["steps"], eval_seconds,
-                            (now or time.time()) - max(d.stat().st_mtime for d in done))
+                            (time.time() if now is None else now) - max(d.stat().st_mtime for d in done))
     rows = [[json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines() if line.strip()]
             if (r / "metrics.jsonl").exists() else [] for r in runs]
     return seconds_left(rows, config["train"]["steps"], eval_seconds)
