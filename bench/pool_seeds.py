@@ -77,7 +77,7 @@ def compare(arms: dict[str, list]) -> dict:
 
 def pool(folders: list[Path], out: Path) -> dict:
     named = [f.resolve() for f in folders]
-    twice = sorted({str(f) for f in folders if named.count(f.resolve()) > 1})
+    twice = sorted({str(f) for f, real in zip(folders, named) if named.count(real) > 1})
     if twice:
         raise SystemExit(f"{', '.join(twice)}: named twice; pool each folder once.")
     read = {f: read_folder(f) for f in folders}
