@@ -153,6 +153,40 @@ def test_the_train_command_trains_one_run(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_a_sigterm_in_the_last_step_finishes_the_runs_and_still_stops(tiny_model_dir, tmp_path, monkeypatch):
+    """A SIGTERM during the last step leaves no step to keep: both runs finish (final weights, done.json) and
+    train_runs still raises Stopped, so that a recipe does not go on to its evaluations; rerunning is a no-op."""
+    import os
+    import signal
+
+    from talktosolve.experiment.step import Loop
+    from talktosolve.experiment.stopping import Stopped
+
+    rewards_by_arm(monkeypatch)
+    cfg = config(tiny_model_dir, lr=1e-2, steps=2)
+    train_set, _, _ = load_problems(cfg)
+    learn, sent = Loop.learn, []
+
+    def learn_then_sigterm(self, step, *args, **kwargs):
+        if step == cfg.train.steps - 1 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return learn(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Loop, "learn", learn_then_sigterm)
+    runs = two_chat_runs(tmp_path)
+    with pytest.raises(Stopped, match=r"after the last step \(1 of 2\)") as info:
+        train_runs(cfg, runs, train_set, progress=False)
+    assert sent and info.value.code == 128 + signal.SIGTERM
+    for *_, out in runs:
+        assert (out / "done.json").exists() and (out / "final" / "adapter_model.safetensors").exists()
+        assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1]
+    before = [(out / "metrics.jsonl").read_bytes() for *_, out in runs]
+    train_runs(cfg, runs, train_set, progress=False)  # finished: a no-op
+    assert [(out / "metrics.jsonl").read_bytes() for *_, out in runs] == before
+
+
+@pytest.mark.slow
 def test_a_sigterm_keeps_each_shared_run_at_the_step_and_resuming_equals_uninterrupted(tiny_model_dir, tmp_path,
                                                                                       monkeypatch):
     """Two learning runs in one process, checkpoints every 2 steps, a SIGTERM during step 0: both stop when step 0

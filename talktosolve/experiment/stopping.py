@@ -4,7 +4,8 @@ A machine lent for a fixed time (a preemptible instance, a batch job's wall cloc
 the process back, and Ctrl-C sends SIGINT. Without this, either loses every step since the last checkpoint
 (`train.checkpoint_every` apart). Inside `stop_on_signal`, the first of them only sets a flag; the training loop
 reads it after each step, saves every run's checkpoint at that step and raises `Stopped`, so rerunning the same
-command goes on from there. The first signal also gives the handlers back, so a second one acts at once, as
+command goes on from there; after the last step, once every run's final weights are saved, it raises `Stopped` too,
+so what follows training (a recipe's evaluations) waits for the rerun. The first signal also gives the handlers back, so a second one acts at once, as
 without this (SIGINT raises KeyboardInterrupt, SIGTERM ends the process). Processes training together
 (`torchrun`) stop at the same step: each step they agree whether any of them was asked.
 
@@ -45,6 +46,11 @@ class StopRequest:
         """The exception to raise after step `step` (of `steps`), every run's checkpoint saved at `step + 1`."""
         return Stopped(f"stopped by {self.name} after step {step} of {steps}, every run's checkpoint saved at step "
                        f"{step + 1}", self.signum or signal.SIGINT)
+
+    def finished(self, steps: int) -> Stopped:
+        """The exception to raise when the signal came in the last of `steps` steps: every run is finished."""
+        return Stopped(f"stopped by {self.name} after the last step ({steps - 1} of {steps}), every run finished and "
+                       "saved; nothing after training was started", self.signum or signal.SIGINT)
 
 
 @contextmanager

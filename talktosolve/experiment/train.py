@@ -280,10 +280,14 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 bar.close()
                 loop.keep(step, active)
                 raise stop.stopped(step, t.steps)
-    bar.close()
-    for run in pending:
-        swap_in(params, run)
-        _finish(run, cfg, size, main)
+        bar.close()
+        for run in pending:
+            swap_in(params, run)
+            _finish(run, cfg, size, main)
+        # A signal in the last step (or while saving) left nothing to keep, but the caller must not go on as if
+        # none came: a recipe would start its evaluations on a machine that is being taken back.
+        if distributed.sum_scalar(float(stop.signum is not None), device):
+            raise stop.finished(t.steps)
 
 
 def role_seats(cfg: Config, protocol: Protocol) -> list[tuple[str, tuple[str, ...]]]:
