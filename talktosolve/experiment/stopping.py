@@ -5,9 +5,9 @@ the process back, and Ctrl-C sends SIGINT. Without this, either loses every step
 (`train.checkpoint_every` apart). Inside `stop_on_signal`, the first of them only sets a flag; the training loop
 reads it after each step, saves every run's checkpoint at that step and raises `Stopped`, so rerunning the same
 command goes on from there; after the last step, once every run's final weights are saved, it raises `Stopped` too,
-so what follows training (a recipe's evaluations) waits for the rerun. The first signal also gives the handlers back, so a second one acts at once, as
-without this (SIGINT raises KeyboardInterrupt, SIGTERM ends the process). Processes training together
-(`torchrun`) stop at the same step: each step they agree whether any of them was asked.
+so what follows training (a recipe's evaluations) waits for the rerun. The first signal also gives the handlers
+back, so a second one acts at once, as without this (SIGINT raises KeyboardInterrupt, SIGTERM ends the process).
+Processes training together (`torchrun`) stop at the same step: each step they agree whether any of them was asked.
 
 Handlers can only be set in the main thread; elsewhere nothing is caught. No torch here.
 """
