@@ -164,9 +164,10 @@ class TrainConfig:
     release_sampler: bool = setting(False, RUN)
     """Free the sampler's KV pool, CUDA graphs and merged weights between sampling and learning, so that the
     learning phase can use their memory; the next step rebuilds them (a memory knob: the chats and the update
-    are the same). Runs sharing a process (`runs_per_process` > 1) always free the pool. Use it on a card too
-    small for the defaults: learning gains the sampler's memory, and sampling pays a little time a step to rebuild
-    it (docs/performance.md#a-24-gb-card)."""
+    are the same). The pool of runs sharing a process (`runs_per_process` > 1) holds every run's rows, so it grows
+    with them. Use it on a card too small for the defaults: learning gains the sampler's memory, and sampling
+    pays time every step to rebuild it, most where rows move into smaller batches (each size its own graph)
+    (docs/performance.md#a-24-gb-card)."""
     lr: float = setting(1e-4, RUN)
     """AdamW learning rate (constant after warm-up)."""
     warmup_steps: int = setting(0, RUN)

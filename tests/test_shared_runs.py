@@ -153,6 +153,42 @@ def test_the_train_command_trains_one_run(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_shared_runs_keep_the_sampler_between_steps_unless_release_sampler_and_train_the_same(tiny_model_dir,
+                                                                                             tmp_path, monkeypatch):
+    """Before each step's learning, runs sharing a process keep their engine's KV pool and graphs (the next step's
+    calls reuse them); with `train.release_sampler` they free it. Either way the runs write the same chats and
+    adapters."""
+    from talktosolve.experiment.step import Loop
+    from talktosolve.sampling.fast_engine import StaticEngine
+
+    rewards_by_arm(monkeypatch)
+    loop_release, engine_release, inside, freed = Loop.release, StaticEngine.release, [], []
+
+    def loop_release_spy(self):
+        inside.append(True)
+        try:
+            loop_release(self)
+        finally:
+            inside.pop()
+
+    def engine_release_spy(self, weights=False):
+        if inside:  # freed by the loop's release before learning, not by a pool that had to grow
+            freed.append(weights)
+        engine_release(self, weights)
+
+    monkeypatch.setattr(Loop, "release", loop_release_spy)
+    monkeypatch.setattr(StaticEngine, "release", engine_release_spy)
+    cfg = config(tiny_model_dir, lr=1e-2)
+    train_set, _, _ = load_problems(cfg)
+    train_runs(cfg, two_chat_runs(tmp_path / "kept"), train_set, progress=False)
+    assert freed == []
+    train_runs(config(tiny_model_dir, lr=1e-2, release_sampler=True), two_chat_runs(tmp_path / "freed"), train_set,
+               progress=False)
+    assert freed == [False] * cfg.train.steps, "freed once a step"
+    assert_same_runs(two_chat_runs(tmp_path / "freed"), two_chat_runs(tmp_path / "kept"))
+
+
+@pytest.mark.slow
 def test_a_sigterm_in_the_last_step_finishes_the_runs_and_still_stops(tiny_model_dir, tmp_path, monkeypatch):
     """A SIGTERM during the last step leaves no step to keep: both runs finish (final weights, done.json) and
     train_runs still raises Stopped, so that a recipe does not go on to its evaluations; rerunning is a no-op."""

@@ -99,6 +99,8 @@ class Shared:
     """The model's trainable tensors, into which each run's own are swapped."""
     seats: tuple[str, ...]
     chats_per_problem: int
+    release_sampler: bool = False
+    """`train.release_sampler`: free the engine's KV pool and graphs before each step's learning."""
     partner: None = None
     players: list = field(default_factory=list)
     """This step's players, one per active run (its slot), set by `seat`."""
@@ -117,9 +119,11 @@ class Shared:
         return Lineup(seating, group_seed([run.seed for run in active], _draw_key(step, draw)))
 
     def release(self) -> None:
-        # The KV pool of every run's rows (8.5 GB for 6 runs of 32 chats at the paper preset's lengths) would
-        # sit idle through learning; re-capturing its graphs next step costs little by comparison.
-        self.engine.release()
+        # Kept by default: the pool's graphs serve the next step's calls, where capturing them again (each size a
+        # call's rows move into has its own) would cost every step. Freed, learning gains the pool's memory,
+        # which grows with the runs sharing it.
+        if self.release_sampler:
+            self.engine.release()
 
 
 def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: list, params: list, rank: int = 0,
@@ -142,7 +146,7 @@ def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: lis
     for m, engine in zip(models, engines):  # before a frozen partner copies the model
         compile_layers(m, cfg.model, device, static_sampler=isinstance(engine, StaticEngine))
     if shared:
-        return Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem)
+        return Shared(engines[0], tokenizer, params, protocol.seats, t.chats_per_problem, t.release_sampler)
     learners = {seat: Player(engine, tokenizer, f"policy{'-' + name if name else ''}", 0 if partner_rows else None)
                 for (name, seats), engine in zip(roles, engines) for seat in seats}
     partner = None
