@@ -15,9 +15,13 @@ from talktosolve.store import read_jsonl
 from talktosolve.task.tasks import load_problems
 
 
-def config(model_dir, **train):
+def config(model_dir, device="cpu", **train):
+    # On a GPU the learner is not compiled: two trainings then run the same kernels (compiled ones are chosen
+    # by the shapes a process met first), so their adapters can be compared bit for bit.
+    gpu = {"compile": "off"} if device == "cuda" else {}
     return make_config("micro", {
-        "model": {"name_or_path": str(model_dir), "finetune": "lora", "lora_r": 4},
+        "device": device,
+        "model": {"name_or_path": str(model_dir), "finetune": "lora", "lora_r": 4, **gpu},
         "data": {"n_train": 16, "n_test": 8}, "eval": {"n_problems": 4},
         "chat": {"max_message_tokens": 6, "max_final_tokens": 5},
         "train": {"steps": 2, "problems_per_step": 2, "checkpoint_every": 1, "runs_per_process": 2, **train},
@@ -152,12 +156,16 @@ def test_the_train_command_trains_one_run(tiny_model_dir, tmp_path, capsys):
     assert "talktosolve recipe" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_shared_runs_keep_the_sampler_between_steps_unless_release_sampler_and_train_the_same(tiny_model_dir,
-                                                                                             tmp_path, monkeypatch):
+                                                                                             tmp_path, monkeypatch,
+                                                                                             device):
     """Before each step's learning, runs sharing a process keep their engine's KV pool and graphs (the next step's
-    calls reuse them); with `train.release_sampler` they free it. Either way the runs write the same chats and
-    adapters."""
+    calls reuse them; on a GPU, CUDA graphs captured in the step before); with `train.release_sampler` they free
+    it. Either way the runs write the same chats and adapters."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
     from talktosolve.experiment.step import Loop
     from talktosolve.sampling.fast_engine import StaticEngine
 
@@ -178,12 +186,12 @@ def test_shared_runs_keep_the_sampler_between_steps_unless_release_sampler_and_t
 
     monkeypatch.setattr(Loop, "release", loop_release_spy)
     monkeypatch.setattr(StaticEngine, "release", engine_release_spy)
-    cfg = config(tiny_model_dir, lr=1e-2)
+    cfg = config(tiny_model_dir, device, lr=1e-2)
     train_set, _, _ = load_problems(cfg)
     train_runs(cfg, two_chat_runs(tmp_path / "kept"), train_set, progress=False)
     assert freed == []
-    train_runs(config(tiny_model_dir, lr=1e-2, release_sampler=True), two_chat_runs(tmp_path / "freed"), train_set,
-               progress=False)
+    train_runs(config(tiny_model_dir, device, lr=1e-2, release_sampler=True), two_chat_runs(tmp_path / "freed"),
+               train_set, progress=False)
     assert freed == [False] * cfg.train.steps, "freed once a step"
     assert_same_runs(two_chat_runs(tmp_path / "freed"), two_chat_runs(tmp_path / "kept"))
 
