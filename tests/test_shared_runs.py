@@ -163,7 +163,7 @@ def test_shared_runs_keep_the_sampler_between_steps_unless_release_sampler_and_t
                                                                                              device):
     """Before each step's learning, runs sharing a process keep their engine's KV pool and graphs (the next step's
     calls reuse them; on a GPU, CUDA graphs captured in the step before); with `train.release_sampler` they free
-    it. Either way the runs write the same chats and adapters."""
+    it. Either way the runs write the same chats and adapters, and the pool is freed when training ends."""
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     from talktosolve.experiment.step import Loop
@@ -184,12 +184,20 @@ def test_shared_runs_keep_the_sampler_between_steps_unless_release_sampler_and_t
             freed.append(weights)
         engine_release(self, weights)
 
+    engines, init = [], StaticEngine.__init__
+
+    def init_spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        engines.append(self)
+
     monkeypatch.setattr(Loop, "release", loop_release_spy)
     monkeypatch.setattr(StaticEngine, "release", engine_release_spy)
+    monkeypatch.setattr(StaticEngine, "__init__", init_spy)
     cfg = config(tiny_model_dir, device, lr=1e-2)
     train_set, _, _ = load_problems(cfg)
     train_runs(cfg, two_chat_runs(tmp_path / "kept"), train_set, progress=False)
     assert freed == []
+    assert len(engines) == 1 and engines[0].pool is None and not engines[0].graphs, "freed when training ends"
     train_runs(config(tiny_model_dir, device, lr=1e-2, release_sampler=True), two_chat_runs(tmp_path / "freed"),
                train_set, progress=False)
     assert freed == [False] * cfg.train.steps, "freed once a step"

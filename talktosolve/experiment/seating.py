@@ -3,7 +3,8 @@
 `build` makes the seating of a process's runs, with the engines its players sample in. One interface, two
 seatings. Each step the loop calls `seat(step, active)` once (the players brought to this
 step), `lineup(step, draw, batches, active)` once a draw (who sits where in each chat, and the sampling seed),
-and `release()` before learning (the sampler's memory):
+`release()` before learning (the sampler's memory, where `train.release_sampler` asks) and `close()` once
+training is over:
 
 - `Solo`: one run in the process. Its learner plays every seat (per role, each role's own seats), except the one
   seat of a chat a frozen partner takes (`train.partners`: `partners.partner_seats` says which problems and
@@ -84,9 +85,14 @@ class Solo:
 
     def release(self) -> None:
         if self.train.release_sampler:
-            for engine in self.engines:
-                if isinstance(engine, StaticEngine):
-                    engine.release(weights=True)
+            self.close()
+
+    def close(self) -> None:
+        """The engines' KV pools, graphs and sampling weights freed, whatever `release_sampler` says: training is
+        over, and what follows (a recipe's evaluations) builds engines of its own."""
+        for engine in self.engines:
+            if isinstance(engine, StaticEngine):
+                engine.release(weights=True)
 
 
 @dataclass
@@ -124,6 +130,10 @@ class Shared:
         # which grows with the runs sharing it.
         if self.release_sampler:
             self.engine.release()
+
+    def close(self) -> None:
+        """The engine's KV pool and graphs freed (see `Solo.close`)."""
+        self.engine.release()
 
 
 def build(cfg, protocol, tokenizer, device, roles: list, models: list, runs: list, params: list, rank: int = 0,

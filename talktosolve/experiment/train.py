@@ -281,6 +281,7 @@ def train_runs(cfg: Config, runs: list[tuple[str, int, Path]], problems: list, *
                 loop.keep(step, active)
                 raise stop.stopped(step, t.steps)
         bar.close()
+        seating.close()
         for run in pending:
             swap_in(params, run)
             _finish(run, cfg, size, main)
