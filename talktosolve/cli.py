@@ -114,10 +114,11 @@ def cmd_train(args) -> int:
     from talktosolve.experiment.train import train
 
     train(cfg, args.arm, args.seed, out, train_set, progress=not args.quiet, loggers=loggers, pool_dir=args.pool)
-    from talktosolve.learning.distributed import world
+    from talktosolve.learning.distributed import leave, world
 
     if world()[0] == 0:
         print(f"trained {args.arm} seed {args.seed}: {out}/final (metrics in {out}/metrics.jsonl)")
+    leave()
     return 0
 
 

@@ -82,7 +82,8 @@ def test_torchrun_train_cli(tiny_model_dir, tmp_path):
            "-m", "talktosolve.cli", "train", "--preset", "tiny", "--arm", "chat", "--seed", "0", "--out", str(out),
            "--quiet", "--set", f"model.name_or_path={tiny_model_dir}", "--set", "train.steps=2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    # A failing rank's own traceback comes first; torchrun's summary of the failure last.
+    assert done.returncode == 0, f"{done.stderr[:4000]}\n...\n{done.stderr[-1500:]}"
     import json
 
     info = json.loads((out / "done.json").read_text())

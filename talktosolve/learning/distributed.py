@@ -77,6 +77,13 @@ def gather(objects: list) -> list:
     return [x for part in out for x in part]
 
 
+def leave() -> None:
+    """Close the process group, each rank once its work is done, as torch asks of a program that joined one
+    (rather than leaving it to each process's exit, in no set order); nothing when not launched by torchrun."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def barrier() -> None:
     if world()[1] > 1:
         dist.barrier()
