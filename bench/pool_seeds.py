@@ -81,8 +81,9 @@ def pool(folders: list[Path], out: Path) -> dict:
     if twice:
         raise SystemExit(f"{', '.join(twice)}: named twice; pool each folder once.")
     read = {f: read_folder(f) for f in folders}
-    label = {f: (f.resolve().relative_to(out.parent.resolve()).as_posix()
-                 if f.resolve().is_relative_to(out.parent.resolve()) else str(f)) for f in folders}
+    base = out.parent.resolve()
+    label = {f: real.relative_to(base).as_posix() if real.is_relative_to(base) else str(f)
+             for f, real in zip(folders, named)}
     pooled: dict[str, list] = {arm: [] for arm in ARMS}
     seeds: dict[str, dict] = {arm: {} for arm in ARMS}
     for f, r in read.items():
