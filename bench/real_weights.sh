@@ -108,8 +108,8 @@ keep)
     # (37M adapter parameters and two Adam moments in fp32; `stop` first puts it at the last step). gzip -1
     # shrinks the transcripts, not the weights: a pair of paper-stable runs at step 60 was 51 pieces, 73 without.
     # Bring them back four a call ($OUT holds 64 MiB), carry them to the next lease and `resume` there; `start`
-    # then goes on from that checkpoint. A call carries 64 MiB with the tracked tree (17 MB), so rejoin them into
-    # bigger pieces first (`cat keep.tgz.* | split -b 44M -d -a 3 - keep.tgz.`: the pair's 51 pieces became 19).
+    # then goes on from that checkpoint. A call carries 64 MiB with the tracked tree (21 MB), so rejoin them into
+    # bigger pieces first (`cat keep.tgz.* | split -b 40M -d -a 3 - keep.tgz.`: a pair's 50 pieces become 20).
     mkdir -p "$2"
     skip=() common= first=1
     for r in "$RUN"/runs/*/; do
