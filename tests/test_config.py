@@ -129,6 +129,7 @@ def _added_later(cfg, written: dict) -> dict:
                                     "paper-stable-warmup-pairs-qwen2.5-coder-1.5b/seed-2",
                                     "paper-stable-warmup-pairs-qwen2.5-coder-1.5b/seed-3",
                                     "paper-stable-warmup-pairs-qwen2.5-coder-1.5b/seed-4",
+                                    "paper-stable-warmup-pairs-qwen2.5-coder-1.5b/seed-5",
                                     "warmup-screen-qwen2.5-coder-1.5b"])
 def test_a_committed_real_weights_run_is_its_preset_under_the_command_it_records(folder):
     """The run's config.json is what its provenance's command makes of the preset as committed: a preset edited

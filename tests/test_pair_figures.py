@@ -58,7 +58,7 @@ def test_runs_that_disagree_on_their_steps_are_refused(tmp_path):
         figures.load(tmp_path / "empty")
 
 
-@pytest.mark.parametrize("seed", [1, 0, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 0, 2, 3, 4, 5])
 def test_the_committed_warmup_pairs_provenance_is_what_the_script_computes(seed):
     """Seed 1's figures are the provenance's top level, each later pair's its `seed_K` block."""
     folder = EXPERIMENTS / "paper-stable-warmup-pairs-qwen2.5-coder-1.5b"
