@@ -1,0 +1,100 @@
+"""Time a whole recipe as a user runs it: the command's wall clock from its start to its results, and where it went.
+
+    python bench/recipe_timing.py --out timing.json -- --preset paper --gsm8k GSM8K_DIR --out RUN_DIR \\
+        --set model.name_or_path=MODEL_DIR --set seeds=0,1,2,3,4,5 --set train.runs_per_process=12 \\
+        --set eval.batch_evals=6
+
+runs `python -m talktosolve.cli recipe ARGS` (everything after `--`) in a process of its own, so that starting
+Python, loading the model, compiling and every stage are counted, then reads the folder it wrote and writes
+{"runs", "evaluations", "wall_seconds", "gpu_minutes", "stages", "training", ...}: `gpu_minutes` is the command's
+wall clock in minutes where the recipe ran on a GPU (None on a CPU; `minutes` holds it either way). `stages`
+splits it: training, evaluations and message influence as the recipe's results.json counts them (each run's,
+evaluation's and influence measurement's own seconds), and the rest (starting Python, loading the model, splitting
+the data, writing the report). `training` is a step's
+time as `bench/pair_figures.py` reads it from the runs' metrics: the runs' shares of a step summed, which is a
+step's wall time when every run shares one process (`train.runs_per_process` at least the number of runs).
+
+The folder must not exist yet: a recipe resumed from finished stages would time only what was left.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pair_figures import load as load_metrics
+from pair_figures import seconds as step_seconds
+
+from talktosolve.store import read_json, write_json
+
+
+def out_dir(recipe_args: list[str]) -> Path:
+    """The recipe's --out folder, from its arguments."""
+    for i, arg in enumerate(recipe_args):
+        if arg == "--out" and i + 1 < len(recipe_args):
+            return Path(recipe_args[i + 1])
+        if arg.startswith("--out="):
+            return Path(arg.split("=", 1)[1])
+    raise SystemExit("recipe_timing: give the recipe's arguments after `--`, with its --out folder")
+
+
+def timing(folder: Path, wall_seconds: float, command: list[str]) -> dict:
+    """What a finished recipe folder says about where `wall_seconds` of its command went."""
+    results = read_json(folder / "results.json")
+    run = results["run"]
+    influence = (results.get("influence") or {}).get("evals") or {}
+    in_stages = {"training": run["train_seconds"],
+                 "evaluations": sum(e["seconds"] for e in results["evals"].values()),
+                 "influence": sum(e["seconds"] for e in influence.values())}
+    in_stages["rest"] = wall_seconds - sum(in_stages.values())
+    return {
+        "command": " ".join(command),
+        "runs": len(results["runs"]),
+        "evaluations": len(results["evals"]),
+        "wall_seconds": round(wall_seconds, 1),
+        "minutes": round(wall_seconds / 60, 2),
+        "gpu_minutes": round(wall_seconds / 60, 2) if run["gpu"] else None,
+        "stages": {k: round(v, 1) for k, v in in_stages.items()},
+        "training": step_seconds(load_metrics(folder)),
+        "device": {"device": run["device"], "gpu": run["gpu"], "cpu": run["cpu"], "versions": run["versions"]},
+        "steps": run["steps"],
+    }
+
+
+def table(t: dict) -> str:
+    rows = [("runs", t["runs"]), ("evaluations", t["evaluations"]), ("wall, s", t["wall_seconds"]),
+            ("minutes" if t["gpu_minutes"] is None else "GPU minutes", t["minutes"]),
+            *((f"  {k}, s", v) for k, v in t["stages"].items()),
+            *((f"  {k}", v) for k, v in t["training"].items())]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="write the timing JSON here")
+    ap.add_argument("recipe_args", nargs="*", metavar="-- RECIPE_ARGS",
+                    help="the recipe's arguments, after `--` (`--preset ... --out RUN_DIR ...`)")
+    args = ap.parse_args(argv)
+    recipe_args = [a for i, a in enumerate(args.recipe_args) if not (i == 0 and a == "--")]
+    folder = out_dir(recipe_args)
+    if folder.exists():
+        raise SystemExit(f"recipe_timing: {folder} exists; a resumed recipe would time only its unfinished stages. "
+                         "Give a new --out folder.")
+    command = [sys.executable, "-m", "talktosolve.cli", "recipe", *recipe_args]
+    began = time.perf_counter()
+    done = subprocess.run(command)
+    wall = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"recipe_timing: the recipe exited with {done.returncode} after {wall:.0f} s; nothing timed")
+    t = timing(folder, wall, ["talktosolve", "recipe", *recipe_args])
+    print(table(t))
+    write_json(args.out, t)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""`bench/recipe_timing.py` times a recipe's command from start to results and splits the time by what the folder
+it wrote says: the stages' own seconds and the rest."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import bench_script
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def timing_script():
+    sys.path.insert(0, str(BENCH))  # the script imports pair_figures as it does run from bench/
+    try:
+        yield bench_script("recipe_timing")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_a_recipe_folders_time_splits_into_its_stages_and_the_rest(timing_script, tiny_recipe):
+    results = json.loads((tiny_recipe.out / "results.json").read_text())
+    evals = sum(json.loads(f.read_text())["seconds"] for f in tiny_recipe.out.glob("evals/*/summary.json"))
+    wall = results["run"]["wall_seconds"] + 30.0
+    t = timing_script.timing(tiny_recipe.out, wall, ["talktosolve", "recipe", "--preset", "tiny"])
+    assert t["runs"] == len(list(tiny_recipe.out.glob("runs/*/done.json"))) > 0
+    assert t["evaluations"] == len(list(tiny_recipe.out.glob("evals/*/summary.json"))) > 0
+    assert t["stages"]["training"] == round(results["run"]["train_seconds"], 1)
+    assert t["stages"]["evaluations"] == pytest.approx(evals, abs=0.06)
+    # The stages the recipe counts add up to its own time of all stages; the rest is what the command spent beside.
+    stages = t["stages"]["training"] + t["stages"]["evaluations"] + t["stages"]["influence"]
+    assert stages == pytest.approx(results["run"]["wall_seconds"], abs=0.2)
+    assert t["stages"]["rest"] == pytest.approx(30.0, abs=0.06)
+    assert t["gpu_minutes"] is None and t["minutes"] == round(wall / 60, 2)
+    assert t["training"]["training"] == pytest.approx(results["run"]["train_seconds"], abs=0.15)
+
+
+def test_it_refuses_a_folder_that_exists_and_arguments_without_an_out_folder(timing_script, tmp_path):
+    with pytest.raises(SystemExit, match="exists; a resumed recipe would time only"):
+        timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "tiny", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="with its --out folder"):
+        timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "tiny"])
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_a_failed_recipe_is_not_timed(timing_script, tmp_path):
+    with pytest.raises(SystemExit, match="the recipe exited with 2"):
+        timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "no-such-preset",
+                            "--out", str(tmp_path / "rec")])
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.slow
+def test_the_command_runs_the_recipe_and_its_wall_clock_holds_every_stage(timing_script, tmp_path, capsys):
+    assert timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "tiny", "--out",
+                               str(tmp_path / "rec"), "--quiet"]) == 0
+    t = json.loads((tmp_path / "t.json").read_text())
+    results = json.loads((tmp_path / "rec" / "results.json").read_text())
+    assert t["wall_seconds"] > results["run"]["wall_seconds"] and t["stages"]["rest"] > 0
+    assert t["command"] == f"talktosolve recipe --preset tiny --out {tmp_path / 'rec'} --quiet"
+    assert t["runs"] == len(results["runs"]) and "GPU minutes" not in capsys.readouterr().out
