@@ -33,17 +33,20 @@ from pathlib import Path
 from pair_figures import load as load_metrics
 from pair_figures import seconds as step_seconds
 
+from talktosolve.cli import build_parser
+from talktosolve.inputs import UsageError
 from talktosolve.store import read_json, write_json
 
 
 def out_dir(recipe_args: list[str]) -> Path:
-    """The recipe's --out folder, from its arguments."""
-    for i, arg in enumerate(recipe_args):
-        if arg == "--out" and i + 1 < len(recipe_args):
-            return Path(recipe_args[i + 1])
-        if arg.startswith("--out="):
-            return Path(arg.split("=", 1)[1])
-    raise SystemExit("recipe_timing: give the recipe's arguments after `--`, with its --out folder")
+    """The recipe's --out folder, as the CLI's own parser reads its arguments (which it checks on the way)."""
+    try:
+        out = build_parser().parse_args(["recipe", *recipe_args]).out
+    except UsageError as e:
+        raise SystemExit(f"recipe_timing: the recipe's arguments: {e}") from None
+    if out is None:
+        raise SystemExit("recipe_timing: give the recipe's arguments after `--`, with its --out folder")
+    return Path(out)
 
 
 def timing(folder: Path, invocations: list[dict]) -> dict:

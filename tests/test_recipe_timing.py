@@ -45,6 +45,9 @@ def test_it_refuses_a_folder_that_exists_and_arguments_without_an_out_folder(tim
         timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "tiny", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="with its --out folder"):
         timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "tiny"])
+    with pytest.raises(SystemExit, match="the recipe's arguments: unrecognized arguments: --bogus"):
+        timing_script.main(["--out", str(tmp_path / "t.json"), "--", "--preset", "tiny", "--out",
+                            str(tmp_path / "rec"), "--bogus"])
     assert not (tmp_path / "t.json").exists()
 
 
