@@ -36,9 +36,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep LONGEST_FIRST's order of the files
         config.option.loadscopereorder = False
-    # torch.compile's CPU kernels built in the test's own thread, without inductor's pool of compile workers: a
-    # worker once aborted inside torch's operator registry while that pool's threads were alive, and xdist then
-    # waited for it forever. The tests compile tiny graphs, which a pool only slows down.
+    # torch.compile's CPU kernels built in the test's own thread, without inductor's pool of compile workers: the
+    # tests compile tiny graphs, which a pool only slows down.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # One thread per worker: the README's command runs three workers on two cores, and more threads each

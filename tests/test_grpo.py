@@ -1,5 +1,7 @@
 """The learner: advantages on hand-made numbers, micro-batching, and the loss's gradient."""
 
+import os
+
 import pytest
 import torch
 
@@ -181,8 +183,8 @@ def test_update_gradient_is_the_token_normalised_policy_gradient():
     assert stats.tokens == n_tok and stats.samples == 5
 
 
-def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
-    """model.compile=on (the GPU default): same log-probs and gradients as eager, same parameter names."""
+def check_compiled_layers_against_eager() -> None:
+    """The body of the test below, run in a process of its own (`python -c`)."""
     from helpers import prompts, tiny
 
     from talktosolve.config import ModelConfig
@@ -203,6 +205,24 @@ def test_compiled_layers_give_the_learner_the_same_logprobs_and_names():
     for (n, a), b in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(b.grad, a.grad, msg=n)
     assert list(compiled.state_dict()) == names, "checkpoints keep their parameter names"
+
+
+def test_compiled_layers_give_the_learner_the_same_logprobs_and_names(tmp_path):
+    """model.compile=on (the GPU default): same log-probs and gradients as eager, same parameter names.
+
+    Run in a fresh interpreter with an inductor cache of its own: CPU inductor kernels are the one thing in the
+    suite that has taken a test worker down (an abort inside torch's operator registry, after other files had run
+    in the same worker), and a dead worker under `--dist loadfile` stalls the whole run. Here such a crash is this
+    test's failure, with the child's last words, and the compilation never shares a process or a cache with
+    other tests."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "OMP_NUM_THREADS": "1"}
+    child = subprocess.run([sys.executable, "-c", "import test_grpo; test_grpo.check_compiled_layers_against_eager()"],
+                           cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, f"exit {child.returncode}:\n{child.stderr[-4000:]}"
 
 
 def test_zero_advantage_messages_are_skipped_and_the_update_is_unchanged():
@@ -297,7 +317,8 @@ def test_kl_penalty_under_lora_reads_the_reference_with_the_adapter_off(tiny_mod
     from talktosolve.learning.grpo import pad_right, reference_logprobs
 
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules="all-linear"))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=4, target_modules="all-linear"))
     samples = [Sample([1, 2, 3], [4, 5], 1.0, 0)]
     ids, comp, _ = pad_right(samples, 0, "cpu")
     read = functools.partial(token_logprobs, ids=ids, comp=comp)
