@@ -36,6 +36,11 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep LONGEST_FIRST's order of the files
         config.option.loadscopereorder = False
+    if getattr(config.option, "maxworkerrestart", "") is None:
+        # pytest-xdist: a worker that dies is not replaced (unless --max-worker-restart says so). Under `--dist
+        # loadfile` a replacement is handed the dead worker's file again, and the crash repeats or the run stalls
+        # until CI's time is out; without one the crash is named as a failure and the other workers finish.
+        config.option.maxworkerrestart = "0"
     # torch.compile's CPU kernels built in the test's own thread, without inductor's pool of compile workers: the
     # tests compile tiny graphs, which a pool only slows down.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
