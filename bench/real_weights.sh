@@ -8,6 +8,7 @@
 #   bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]  # `model`, then start the recipe detached
 #                                                     # (STOP_AFTER=SECONDS: stop it then, as `stop` does)
 #   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
+#   bash bench/real_weights.sh watch DEST [SECONDS]   # until the recipe ends, DEST kept current (a call's $OUT)
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
 #   bash bench/real_weights.sh pack DEST [all]        # results, report, plots, logs (no weights) as one tar
 #   bash bench/real_weights.sh stop                   # SIGTERM: the recipe stops after its step, checkpoints there
@@ -54,7 +55,30 @@ start)
     setsid nohup "${limit[@]}" python3 -m talktosolve.cli recipe --preset "$PRESET" --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
         --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
         >>"$WORK/recipe.log" 2>&1 < /dev/null &
+    echo $! > "$WORK/recipe.pid"
     echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"
+    ;;
+watch)
+    # While the recipe `start` began runs, DEST gets every SECONDS (default 5) each run's metrics, the finished
+    # evaluations' summaries and the results (watch.tgz) and the log's tail, each file replaced whole: a call the
+    # lease cuts short still brings back the last copy. A last copy is made after the recipe ends; then it returns.
+    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh watch DEST [SECONDS]" >&2; exit 2; }
+    [ -f "$WORK/recipe.pid" ] || { echo "no $WORK/recipe.pid: start the recipe first (real_weights.sh start)" >&2; exit 1; }
+    pid=$(cat "$WORK/recipe.pid")
+    dest=$(mkdir -p "$2" && cd "$2" && pwd)
+    while :; do
+        # Whether it runs is read before copying, so the copy after its end is made whole.
+        if kill -0 "$pid" 2>/dev/null; then running=1; else running=0; fi
+        if [ -d "$RUN" ]; then
+            (cd "$RUN" && find . \( -name metrics.jsonl -o -name summary.json -o -name results.json \) -print0 \
+                | tar --null -T - -czf "$dest/.watch.tgz") && mv "$dest/.watch.tgz" "$dest/watch.tgz"
+        fi
+        if tail -c 20000 "$WORK/recipe.log" > "$dest/.recipe.log.tail" 2>/dev/null; then
+            mv "$dest/.recipe.log.tail" "$dest/recipe.log.tail"
+        fi
+        [ "$running" = 1 ] || break
+        sleep "${3:-5}"
+    done
     ;;
 poll)
     date -u +%H:%M:%S
@@ -152,7 +176,7 @@ save-cache | load-cache)
     du -sh "$dir" "$2" | tr '\n' ' '; echo
     ;;
 *)
-    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | poll | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR | save-cache FILE | load-cache FILE" >&2
+    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | poll | watch DEST [SECONDS] | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR | save-cache FILE | load-cache FILE" >&2
     exit 2
     ;;
 esac

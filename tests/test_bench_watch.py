@@ -1,0 +1,67 @@
+"""bench/real_weights.sh watch keeps a folder (a GPU call's $OUT) current while a detached recipe runs, so that a
+call the lease cuts short still brings back the runs' metrics and the log; it returns after one last copy once
+the recipe has ended, and a mistake is one line."""
+
+import os
+import subprocess
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "real_weights.sh"
+
+
+def watch(*args: str, work: Path) -> subprocess.Popen:
+    env = {**os.environ, "WORK": str(work), "RUN": str(work / "paper")}
+    return subprocess.Popen(["bash", str(SCRIPT), "watch", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def members(tgz: Path) -> dict[str, str]:
+    with tarfile.open(tgz) as tar:
+        return {m.name.removeprefix("./"): tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+
+
+def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path):
+    work = tmp_path / "work"
+    metrics = work / "paper" / "runs" / "chat-s0" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text('{"step": 0}\n')
+    (work / "recipe.log").write_text("step 0\n")
+    # Stands in for the recipe `start` left running: it ends when the test closes its input.
+    recipe = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    threading.Thread(target=recipe.wait, daemon=True).start()  # reaped when it ends, as a detached recipe is
+    (work / "recipe.pid").write_text(f"{recipe.pid}\n")
+    out = tmp_path / "out"
+    watcher = watch(str(out), "0.2", work=work)
+    deadline = time.monotonic() + 10
+    while not (out / "watch.tgz").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert members(out / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n'}, "a copy while it runs"
+    assert watcher.poll() is None, "watch returned while the recipe was still running"
+    # What the recipe writes last, just before it ends, is in the copy made after its end.
+    metrics.write_text('{"step": 0}\n{"step": 1}\n')
+    (work / "paper" / "evals" / "base-chat").mkdir(parents=True)
+    (work / "paper" / "evals" / "base-chat" / "summary.json").write_text("{}")
+    with (work / "recipe.log").open("a") as log:
+        log.write("step 1\n")
+    recipe.stdin.close()
+    assert watcher.wait(timeout=20) == 0, watcher.stderr.read()
+    assert members(out / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n{"step": 1}\n',
+                                          "evals/base-chat/summary.json": "{}"}
+    assert (out / "recipe.log.tail").read_text() == "step 0\nstep 1\n"
+    assert sorted(p.name for p in out.iterdir()) == ["recipe.log.tail", "watch.tgz"], "no half-written files left"
+
+
+@pytest.mark.parametrize("args, code, says", [
+    ([], 2, "usage: bash bench/real_weights.sh watch DEST [SECONDS]"),
+    (["out"], 1, "start the recipe first"),
+])
+def test_a_watch_that_cannot_run_says_why_in_one_line(tmp_path, args, code, says):
+    done = watch(*[str(tmp_path / a) for a in args], work=tmp_path / "work")
+    _, err = done.communicate(timeout=20)
+    assert done.returncode == code
+    assert says in err and len(err.strip().splitlines()) == 1
