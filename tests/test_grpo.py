@@ -212,14 +212,17 @@ def test_compiled_layers_give_the_learner_the_same_logprobs_and_names(tmp_path):
 
     Run in a fresh interpreter with an inductor cache of its own: CPU inductor kernels are the one thing in the
     suite that has taken a test worker down (an abort inside torch's operator registry, after other files had run
-    in the same worker), and a dead worker under `--dist loadfile` stalls the whole run. Here such a crash is this
-    test's failure, with the child's last words, and the compilation never shares a process or a cache with
-    other tests."""
+    in the same worker). There, a recipe run earlier in the process had pinned the CPU (`cpu_pins`) after torch
+    had chosen its AVX-512 kernels, so inductor compiled for AVX2 beside them; the child is pinned from its start,
+    so torch and inductor agree whatever ran before. A crash here is this test's failure, with the child's last
+    words, and the compilation never shares a process or a cache with other tests."""
     import subprocess
     import sys
     from pathlib import Path
 
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "OMP_NUM_THREADS": "1"}
+    from talktosolve.cpu_pins import pins
+
+    env = {**os.environ, **pins(), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     child = subprocess.run([sys.executable, "-c", "import test_grpo; test_grpo.check_compiled_layers_against_eager()"],
                            cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, f"exit {child.returncode}:\n{child.stderr[-4000:]}"
