@@ -67,8 +67,12 @@ watch)
     pid=$(cat "$WORK/recipe.pid")
     dest=$(mkdir -p "$2" && cd "$2" && pwd)
     while :; do
-        # Whether it runs is read before copying, so the copy after its end is made whole.
-        if kill -0 "$pid" 2>/dev/null; then running=1; else running=0; fi
+        # Whether it runs is read before copying, so the copy after its end is made whole. A recipe that ended and
+        # that no parent has reaped yet (state Z) has ended too.
+        running=0
+        if kill -0 "$pid" 2>/dev/null && [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)" != Z ]; then
+            running=1
+        fi
         if [ -d "$RUN" ]; then
             (cd "$RUN" && find . \( -name metrics.jsonl -o -name summary.json -o -name results.json \) -print0 \
                 | tar --null -T - -czf "$dest/.watch.tgz") && mv "$dest/.watch.tgz" "$dest/watch.tgz"

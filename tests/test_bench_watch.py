@@ -5,7 +5,6 @@ the recipe has ended, and a mistake is one line."""
 import os
 import subprocess
 import tarfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,9 +30,9 @@ def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path
     metrics.parent.mkdir(parents=True)
     metrics.write_text('{"step": 0}\n')
     (work / "recipe.log").write_text("step 0\n")
-    # Stands in for the recipe `start` left running: it ends when the test closes its input.
+    # Stands in for the recipe `start` left running: it ends when the test closes its input, and is not reaped
+    # until the test is done (a zombie, as a detached recipe whose parent never waits for it).
     recipe = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    threading.Thread(target=recipe.wait, daemon=True).start()  # reaped when it ends, as a detached recipe is
     (work / "recipe.pid").write_text(f"{recipe.pid}\n")
     out = tmp_path / "out"
     watcher = watch(str(out), "0.2", work=work)
@@ -49,7 +48,11 @@ def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path
     with (work / "recipe.log").open("a") as log:
         log.write("step 1\n")
     recipe.stdin.close()
-    assert watcher.wait(timeout=20) == 0, watcher.stderr.read()
+    try:
+        assert watcher.wait(timeout=20) == 0, watcher.stderr.read()
+    finally:
+        watcher.kill()  # a watch that never returned does not outlive the test
+        recipe.wait()
     assert members(out / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n{"step": 1}\n',
                                           "evals/base-chat/summary.json": "{}"}
     assert (out / "recipe.log.tail").read_text() == "step 0\nstep 1\n"
