@@ -62,8 +62,9 @@ watch)
     # While the recipe `start` began runs, DEST gets every SECONDS (default 5) each run's metrics, the finished
     # evaluations' summaries and the results (watch.tgz) and the log's tail, each file replaced whole: a call the
     # lease cuts short still brings back the last copy. A last copy is made after the recipe ends; then it returns.
+    # A recipe started otherwise (`bench/recipe_timing.py`, detached) is watched once its pid is in $WORK/recipe.pid.
     [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh watch DEST [SECONDS]" >&2; exit 2; }
-    [ -f "$WORK/recipe.pid" ] || { echo "no $WORK/recipe.pid: start the recipe first (real_weights.sh start)" >&2; exit 1; }
+    [ -f "$WORK/recipe.pid" ] || { echo "no $WORK/recipe.pid: start the recipe (bash $0 start SHA256)" >&2; exit 1; }
     pid=$(cat "$WORK/recipe.pid")
     dest=$(mkdir -p "$2" && cd "$2" && pwd)
     while :; do

@@ -61,7 +61,7 @@ def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path
 
 @pytest.mark.parametrize("args, code, says", [
     ([], 2, "usage: bash bench/real_weights.sh watch DEST [SECONDS]"),
-    (["out"], 1, "start the recipe first"),
+    (["out"], 1, "recipe.pid: start the recipe (bash"),
 ])
 def test_a_watch_that_cannot_run_says_why_in_one_line(tmp_path, args, code, says):
     done = watch(*[str(tmp_path / a) for a in args], work=tmp_path / "work")
