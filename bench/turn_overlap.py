@@ -22,6 +22,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from talktosolve.experiment.plan import pass_groups
+
 
 def lengths(chat: dict) -> list[int]:
     """A chat's message lengths in tokens, in turn order."""
@@ -55,13 +57,13 @@ def training_calls(recipe: Path) -> list[list[list[int]]]:
 
 def evaluation_calls(recipe: Path, batch_chats: int, batch_evals: int,
                      order: list[str] | None = None) -> list[list[list[int]]]:
-    """One call per pass: `batch_evals` evaluations played together, `batch_chats` chats of each; the evaluations
-    in `order` (their folder names, as the recipe played them), else in name order."""
+    """One call per pass: at most `batch_evals` evaluations played together, grouped as the recipe groups them
+    (`plan.pass_groups`), `batch_chats` chats of each; the evaluations in `order` (their folder names, as the
+    recipe played them), else in name order."""
     names = order or sorted(p.parent.name for p in recipe.glob("evals/*/chats.jsonl"))
     evals = [[lengths(json.loads(line)) for line in (recipe / "evals" / n / "chats.jsonl").open()] for n in names]
     calls = []
-    for g in range(0, len(evals), batch_evals):
-        group = evals[g:g + batch_evals]
+    for group in pass_groups(evals, batch_evals):
         for start in range(0, max(len(e) for e in group), batch_chats):
             calls.append([c for e in group for c in e[start:start + batch_chats]])
     return calls

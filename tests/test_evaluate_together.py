@@ -10,6 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from talktosolve.config import make_config
 from talktosolve.experiment.evaluate import Team, evaluate_teams, seat_team, slot_lineups
+from talktosolve.experiment.plan import pass_groups
 from talktosolve.experiment.train import train_runs
 from talktosolve.protocol import protocol_of
 from talktosolve.store import read_json, read_jsonl
@@ -27,6 +28,21 @@ def config(device="cpu", **eval_):
         "train": {"steps": 2, "problems_per_step": 2, "checkpoint_every": 1, "runs_per_process": 2, "lr": 1e-2},
         "device": device,
     })
+
+
+def test_evaluations_are_grouped_in_the_fewest_passes_of_sizes_as_equal_as_possible():
+    """38 evaluations at batch_evals=6 are three passes of 6 and four of 5 (not six of 6 and a seventh of 2); for
+    every count and bound: the fewest passes, none above the bound, sizes within one, the larger first, in order."""
+    assert [len(g) for g in pass_groups(list(range(38)), 6)] == [6, 6, 6, 5, 5, 5, 5]
+    assert [len(g) for g in pass_groups(list(range(20)), 6)] == [5, 5, 5, 5]
+    assert pass_groups([], 6) == []
+    for n in range(40):
+        for at_most in range(1, 9):
+            groups = pass_groups(list(range(n)), at_most)
+            sizes = [len(g) for g in groups]
+            assert [i for g in groups for i in g] == list(range(n))
+            assert len(groups) == -(-n // at_most) and max(sizes, default=0) <= at_most
+            assert sizes == sorted(sizes, reverse=True) and max(sizes, default=0) - min(sizes, default=0) <= 1
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +72,8 @@ def two_runs(tmp_path_factory):
     for k, (*_, out) in enumerate(runs):
         path = out / "final" / "adapter_model.safetensors"
         g = torch.Generator().manual_seed(k)
-        weights = {n: (torch.randn(t.shape, generator=g) * 0.3 if "lora_B" in n else t) for n, t in load_file(path).items()}
+        weights = {n: (torch.randn(t.shape, generator=g) * 0.3 if "lora_B" in n else t)
+                   for n, t in load_file(path).items()}
         save_file(weights, path)
     return [str(out) for *_, out in runs]
 
@@ -137,7 +154,8 @@ def test_adapters_of_another_shape_are_not_put_in_one_engine(two_runs, tmp_path)
     config_file.write_text(json.dumps({**adapter, "r": adapter["r"] * 2}))
     cfg = config(batch_evals=2)
     protocol = protocol_of(cfg.chat)
-    same = [seat_team(cfg, protocol, Team(tmp_path / n, "chat", {"A": r})) for n, r in (("a", two_runs[0]), ("b", two_runs[1]))]
+    same = [seat_team(cfg, protocol, Team(tmp_path / n, "chat", {"A": r}))
+            for n, r in (("a", two_runs[0]), ("b", two_runs[1]))]
     assert slot_lineups(cfg, same) is not None
     mixed = [same[0], seat_team(cfg, protocol, Team(tmp_path / "c", "chat", {"A": str(other)}))]
     assert slot_lineups(cfg, mixed) is None

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from talktosolve.arms import ARMS
 from talktosolve.config import EVAL, Config, ConfigError, config_key, key_fields
+from talktosolve.experiment.plan import pass_groups
 from talktosolve.model.policy import (
     adapter_shape,
     load_player_model,
@@ -140,10 +141,7 @@ def evaluate_teams(cfg: Config, teams: list[Team], problems: list, *, progress: 
             summaries[i] = _current(s)
         else:
             pending.append(i)
-    # Groups of at most batch_evals, as equal as possible (20 at 6: four of 5, not three of 6 and one of 2).
-    n_groups = -(-len(pending) // max(1, cfg.eval.batch_evals))
-    size = max(1, -(-len(pending) // max(1, n_groups)))
-    groups = [pending[j:j + size] for j in range(0, len(pending), size)]
+    groups = pass_groups(pending, cfg.eval.batch_evals)
     # The slot engine, kept from group to group (loaded and captured once), with slots for the most adapters any
     # group holds.
     engines: dict = {"slots needed": max((len(_weights([seated[i] for i in g])[1]) for g in groups if len(g) > 1),

@@ -153,3 +153,17 @@ def headline_first(specs: list[EvalSpec]) -> list[EvalSpec]:
     so a recipe stopped during them (a lease that ends, memory that runs out) already holds its comparison."""
     own = set(replayed_teams(specs))
     return [s for s in specs if s in own] + [s for s in specs if s not in own]
+
+
+def pass_groups(items: list, at_most: int) -> list[list]:
+    """`items` (evaluations to play together) in the fewest groups of at most `at_most`, in order, their sizes as
+    equal as possible and the larger first: 38 at 6 are three groups of 6 and four of 5, not six of 6 and a last
+    pass of 2 (a pass costs its turns' longest messages, however few evaluations it holds)."""
+    n = -(-len(items) // max(1, at_most))
+    size, larger = divmod(len(items), n) if n else (0, 0)
+    groups, start = [], 0
+    for g in range(n):
+        end = start + size + (g < larger)
+        groups.append(items[start:end])
+        start = end
+    return groups
