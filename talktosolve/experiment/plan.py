@@ -10,7 +10,8 @@ the others) and its other side (the base in the first seat, the run in the other
 with `eval.cross_seed`, each run in the first seat with every other run of its line in the others (the
 cross-seed matrix, `crossplay`). Their folder names (`base-chat`, `chat-s0`, `cross-chat-s0`,
 `cross-others-chat-s0`, `chat-s0-with-chat-s1`) are for reading only; results.json records each evaluation's
-arm and seats. Pure: no torch.
+arm and seats. Evaluations played together (`eval.batch_evals` above 1) share engine passes in the groups
+`pass_groups` makes. Pure: no torch.
 """
 
 from __future__ import annotations
