@@ -75,8 +75,12 @@ watch)
             running=1
         fi
         if [ -d "$RUN" ]; then
+            # tar exits 1 when a file changed while it read it (a step appending its metrics): the archive is
+            # written all the same, that file's last line possibly cut, and the copy after the end is whole.
+            rc=0
             (cd "$RUN" && find . \( -name metrics.jsonl -o -name summary.json -o -name results.json \) -print0 \
-                | tar --null -T - -czf "$dest/.watch.tgz") && mv "$dest/.watch.tgz" "$dest/watch.tgz"
+                | tar --null --warning=no-file-changed -T - -czf "$dest/.watch.tgz") || rc=$?
+            [ "$rc" -gt 1 ] || mv "$dest/.watch.tgz" "$dest/watch.tgz"
         fi
         if tail -c 20000 "$WORK/recipe.log" > "$dest/.recipe.log.tail" 2>/dev/null; then
             mv "$dest/.recipe.log.tail" "$dest/recipe.log.tail"

@@ -3,6 +3,7 @@ call the lease cuts short still brings back the runs' metrics and the log; it re
 the recipe has ended, and a mistake is one line."""
 
 import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -68,3 +69,23 @@ def test_a_watch_that_cannot_run_says_why_in_one_line(tmp_path, args, code, says
     _, err = done.communicate(timeout=20)
     assert done.returncode == code
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_that_changes_while_tar_reads_it_still_gives_a_copy(tmp_path):
+    # GNU tar exits 1 when a file changed as it read it (a step appending its metrics) but writes the archive: a
+    # tar that always exits 1 stands in for that moment, so the copy must still be made.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "tar").write_text(f'#!/bin/sh\n"{shutil.which("tar")}" "$@"\nexit 1\n')
+    (tools / "tar").chmod(0o755)
+    work = tmp_path / "work"
+    metrics = work / "paper" / "runs" / "chat-s0" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text('{"step": 0}\n')
+    (work / "recipe.log").write_text("step 0\n")
+    (work / "recipe.pid").write_text("999999999\n")  # no such process: the recipe has ended, one copy is made
+    env = {**os.environ, "WORK": str(work), "RUN": str(work / "paper"), "PATH": f"{tools}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(SCRIPT), "watch", str(tmp_path / "out"), "0.2"], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert members(tmp_path / "out" / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n'}
