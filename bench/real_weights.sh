@@ -59,9 +59,10 @@ start)
     echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"
     ;;
 watch)
-    # While the recipe `start` began runs, DEST gets every SECONDS (default 5) each run's metrics, the finished
-    # evaluations' summaries and the results (watch.tgz) and the log's tail, each file replaced whole: a call the
-    # lease cuts short still brings back the last copy. A last copy is made after the recipe ends; then it returns.
+    # While the recipe `start` began runs, DEST gets every SECONDS (default 5) the configs, each run's metrics, the
+    # finished evaluations' summaries and the results (watch.tgz) and the log's tail, each file replaced whole: a
+    # call the lease cuts short still brings back the last copy. A last copy is made after the recipe ends; then it
+    # returns.
     # A recipe started otherwise (`bench/recipe_timing.py`, detached) is watched once its pid is in $WORK/recipe.pid.
     [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh watch DEST [SECONDS]" >&2; exit 2; }
     [ -f "$WORK/recipe.pid" ] || { echo "no $WORK/recipe.pid: start the recipe (bash $0 start SHA256)" >&2; exit 1; }
@@ -78,7 +79,8 @@ watch)
             # tar exits 1 when a file changed while it read it (a step appending its metrics): the archive is
             # written all the same, that file's last line possibly cut, and the copy after the end is whole.
             rc=0
-            (cd "$RUN" && find . \( -name metrics.jsonl -o -name summary.json -o -name results.json \) -print0 \
+            (cd "$RUN" && find . \( -name config.json -o -name metrics.jsonl -o -name summary.json \
+                -o -name results.json \) -print0 \
                 | tar --null --warning=no-file-changed -T - -czf "$dest/.watch.tgz") || rc=$?
             [ "$rc" -gt 1 ] || mv "$dest/.watch.tgz" "$dest/watch.tgz"
         fi

@@ -30,6 +30,8 @@ def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path
     metrics = work / "paper" / "runs" / "chat-s0" / "metrics.jsonl"
     metrics.parent.mkdir(parents=True)
     metrics.write_text('{"step": 0}\n')
+    (work / "paper" / "config.json").write_text("{}")
+    (work / "paper" / "runs" / "chat-s0" / "weights.safetensors").write_text("not copied")
     (work / "recipe.log").write_text("step 0\n")
     # Stands in for the recipe `start` left running: it ends when the test closes its input, and is not reaped
     # until the test is done (a zombie, as a detached recipe whose parent never waits for it).
@@ -40,7 +42,8 @@ def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path
     deadline = time.monotonic() + 10
     while not (out / "watch.tgz").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert members(out / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n'}, "a copy while it runs"
+    assert members(out / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n', "config.json": "{}"}, \
+        "a copy while it runs"
     assert watcher.poll() is None, "watch returned while the recipe was still running"
     # What the recipe writes last, just before it ends, is in the copy made after its end.
     metrics.write_text('{"step": 0}\n{"step": 1}\n')
@@ -55,7 +58,7 @@ def test_watch_copies_while_the_recipe_runs_and_once_more_after_it_ends(tmp_path
         watcher.kill()  # a watch that never returned does not outlive the test
         recipe.wait()
     assert members(out / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n{"step": 1}\n',
-                                          "evals/base-chat/summary.json": "{}"}
+                                          "evals/base-chat/summary.json": "{}", "config.json": "{}"}
     assert (out / "recipe.log.tail").read_text() == "step 0\nstep 1\n"
     assert sorted(p.name for p in out.iterdir()) == ["recipe.log.tail", "watch.tgz"], "no half-written files left"
 
