@@ -17,12 +17,18 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 
 def bench_script(name: str):
-    """bench/NAME.py loaded as a module (bench/ is scripts, not a package)."""
+    """bench/NAME.py loaded as a module (bench/ is scripts, not a package). bench/ is on sys.path while it loads, as
+    it is when the script runs, so that its imports of other bench scripts resolve."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(bench))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
     return module
 
 

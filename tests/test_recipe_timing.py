@@ -2,22 +2,14 @@
 it wrote says: the stages' own seconds and the rest."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from helpers import bench_script
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture(scope="module")
 def timing_script():
-    sys.path.insert(0, str(BENCH))  # the script imports pair_figures as it does run from bench/
-    try:
-        yield bench_script("recipe_timing")
-    finally:
-        sys.path.remove(str(BENCH))
+    return bench_script("recipe_timing")
 
 
 def test_a_recipe_folders_time_splits_into_its_stages_and_the_rest(timing_script, tiny_recipe):

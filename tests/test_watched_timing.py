@@ -18,11 +18,7 @@ DAY = datetime(2026, 12, 7, tzinfo=timezone.utc).timestamp()
 
 @pytest.fixture(scope="module")
 def script():
-    sys.path.insert(0, str(BENCH))  # the script imports pair_figures as it does run from bench/
-    try:
-        yield bench_script("watched_timing")
-    finally:
-        sys.path.remove(str(BENCH))
+    return bench_script("watched_timing")
 
 
 def written(path: Path, text: str, at: float) -> None:
