@@ -7,6 +7,8 @@
 #   bash bench/real_weights.sh model SHA256           # join the pieces, check, convert once to $WORK/model
 #   bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]  # `model`, then start the recipe detached
 #                                                     # (STOP_AFTER=SECONDS: stop it then, as `stop` does)
+#   bash bench/real_weights.sh time SHA256 [--set KEY=VALUE ...]   # `start`, timed by bench/recipe_timing.py
+#                                                     # ($WORK/timing.json once it ends)
 #   bash bench/real_weights.sh poll                   # the log's tail and each run's last step
 #   bash bench/real_weights.sh watch DEST [SECONDS]   # until the recipe ends, DEST kept current (a call's $OUT)
 #   bash bench/real_weights.sh interrupt 20           # kill the run once each run has checkpoint 20 (then start)
@@ -58,12 +60,23 @@ start)
     echo $! > "$WORK/recipe.pid"
     echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"
     ;;
+time)
+    # `start`, timed: bench/recipe_timing.py runs the same recipe and, when it ends, writes $WORK/timing.json
+    # (`watch` copies it). The folder must be new: a resumed recipe would time only what was left.
+    sha=$2; shift 2
+    bash "$0" model "$sha"
+    setsid nohup python3 bench/recipe_timing.py --out "$WORK/timing.json" -- --preset "$PRESET" --gsm8k "$WORK/gsm8k" \
+        --out "$RUN" --quiet --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
+        >>"$WORK/recipe.log" 2>&1 < /dev/null &
+    echo $! > "$WORK/recipe.pid"
+    echo "started pid $! at $(date -u +%H:%M:%S), timed" | tee -a "$WORK/starts.log"
+    ;;
 watch)
-    # While the recipe `start` began runs, DEST gets every SECONDS (default 5) the configs, each run's metrics, the
-    # finished evaluations' summaries and the results (watch.tgz) and the log's tail, each file replaced whole: a
-    # call the lease cuts short still brings back the last copy. A last copy is made after the recipe ends; then it
-    # returns.
-    # A recipe started otherwise (`bench/recipe_timing.py`, detached) is watched once its pid is in $WORK/recipe.pid.
+    # While the recipe `start` or `time` began runs, DEST gets every SECONDS (default 5) the configs, each run's
+    # metrics, the finished evaluations' summaries and the results (watch.tgz), `time`'s timing.json and the log's
+    # tail, each file replaced whole: a call the lease cuts short still brings back the last copy. A last copy is
+    # made after the recipe ends; then it returns. A recipe started otherwise is watched once its pid is in
+    # $WORK/recipe.pid.
     [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh watch DEST [SECONDS]" >&2; exit 2; }
     [ -f "$WORK/recipe.pid" ] || { echo "no $WORK/recipe.pid: start the recipe (bash $0 start SHA256)" >&2; exit 1; }
     pid=$(cat "$WORK/recipe.pid")
@@ -83,6 +96,9 @@ watch)
                 -o -name results.json \) -print0 \
                 | tar --null --warning=no-file-changed -T - -czf "$dest/.watch.tgz") || rc=$?
             [ "$rc" -gt 1 ] || mv "$dest/.watch.tgz" "$dest/watch.tgz"
+        fi
+        if [ -f "$WORK/timing.json" ] && cp "$WORK/timing.json" "$dest/.timing.json"; then
+            mv "$dest/.timing.json" "$dest/timing.json"
         fi
         if tail -c 20000 "$WORK/recipe.log" > "$dest/.recipe.log.tail" 2>/dev/null; then
             mv "$dest/.recipe.log.tail" "$dest/recipe.log.tail"

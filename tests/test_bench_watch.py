@@ -92,3 +92,34 @@ def test_a_file_that_changes_while_tar_reads_it_still_gives_a_copy(tmp_path):
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 0, done.stderr
     assert members(tmp_path / "out" / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n'}
+
+
+def test_time_starts_the_recipe_timed_and_detached_and_watch_brings_back_its_timing(tmp_path):
+    work = tmp_path / "work"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "config.json").write_text("{}")  # converted already: `model` has nothing to do
+    (work / "gsm8k").mkdir()
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    # Stands in for the GPU machine's python3: records what it was asked to run, and writes the timing as
+    # bench/recipe_timing.py does when the recipe ends.
+    (tools / "python3").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{work}/args"\n'
+                                   f'echo \'{{"finished": true}}\' > "{work}/timing.json"\n')
+    (tools / "python3").chmod(0o755)
+    env = {**os.environ, "WORK": str(work), "RUN": str(work / "paper"), "PATH": f"{tools}:{os.environ['PATH']}"}
+    root = SCRIPT.parents[1]
+    started = subprocess.run(["bash", str(SCRIPT), "time", "0" * 64, "--set", "seeds=0,1"], env=env, cwd=root,
+                             capture_output=True, text=True, timeout=20)
+    assert started.returncode == 0 and "timed" in started.stdout, started.stderr
+    assert (work / "recipe.pid").read_text().strip().isdigit()
+    deadline = time.monotonic() + 10
+    while not (work / "timing.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (work / "args").read_text().split("\n")[:4] == ["bench/recipe_timing.py", "--out",
+                                                           str(work / "timing.json"), "--"]
+    assert "--out\n" + str(work / "paper") in (work / "args").read_text()
+    assert (work / "args").read_text().rstrip().endswith("--set\nseeds=0,1"), "the caller's settings come last"
+    done = subprocess.run(["bash", str(SCRIPT), "watch", str(tmp_path / "out"), "0.2"], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "timing.json").read_text() == '{"finished": true}\n'
