@@ -40,6 +40,10 @@ def clock(folder: Path, hhmmss: str) -> float:
     return datetime.combine(day.date(), t, timezone.utc).timestamp()
 
 
+def hhmmss(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S")
+
+
 def groups(summaries: list[Path], gap: float) -> list[list[Path]]:
     """Summaries in the order written, cut where more than `gap` seconds pass between two."""
     out: list[list[Path]] = []
@@ -60,8 +64,8 @@ def timing(folder: Path, started: float, seen: float, planned: int | None, gap: 
     ends = [trained] + [max(p.stat().st_mtime for p in g) for g in played]
     spans = [round(b - a) for a, b in zip(ends, ends[1:])]
     out = {
-        "started": datetime.fromtimestamp(started, timezone.utc).strftime("%H:%M:%S"),
-        "seen": datetime.fromtimestamp(seen, timezone.utc).strftime("%H:%M:%S"),
+        "started": hhmmss(started),
+        "seen": hhmmss(seen),
         "seconds_to_seen": round(seen - started),
         "training": {"runs": len(runs), "steps": len(next(iter(runs.values()))), "wall": round(trained - started),
                      **step_seconds(runs)},
@@ -90,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not any(args.folder.glob("runs/*/metrics.jsonl")):
         raise SystemExit(f"watched_timing: {args.folder} holds no runs/*/metrics.jsonl; unpack watch.tgz into it")
-    t = timing(args.folder, clock(args.folder, args.started), clock(args.folder, args.seen), args.evaluations,
-               args.gap)
+    started, seen = clock(args.folder, args.started), clock(args.folder, args.seen)
+    times = [p.stat().st_mtime for p in args.folder.rglob("*") if p.is_file()]
+    if not started <= min(times) <= max(times) <= seen + 1:  # the file times hold whole seconds
+        raise SystemExit(f"watched_timing: the kept files were written from {hhmmss(min(times))} to "
+                         f"{hhmmss(max(times))}, not between --started {args.started} and --seen {args.seen}")
+    t = timing(args.folder, started, seen, args.evaluations, args.gap)
     if args.out is None:
         print(json.dumps(t, indent=1))
     else:

@@ -62,6 +62,7 @@ def test_the_command_reads_clock_times_on_the_files_day(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["--started", "8:15"], "'8:15' is not a time as HH:MM:SS"),
     (["--started", "00:00:10", "--empty"], "holds no runs/*/metrics.jsonl; unpack watch.tgz into it"),
+    (["--started", "00:02:00"], "written from 00:01:39 to 00:03:05, not between --started 00:02:00 and --seen"),
 ])
 def test_a_mistake_is_one_line(tmp_path, args, says):
     folder = tmp_path / "empty" if "--empty" in args else kept(tmp_path / "w")
