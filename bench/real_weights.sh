@@ -49,6 +49,7 @@ model)
     [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
     ;;
 start)
+    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]" >&2; exit 2; }
     sha=$2; shift 2
     bash "$0" model "$sha"
     # STOP_AFTER=SECONDS: SIGTERM after that long, so the recipe stops at a step's end with every run's checkpoint
@@ -63,6 +64,7 @@ start)
 time)
     # `start`, timed: bench/recipe_timing.py runs the same recipe and, when it ends, writes $WORK/timing.json
     # (`watch` copies it). The folder must be new: a resumed recipe would time only what was left.
+    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh time SHA256 [--set KEY=VALUE ...]" >&2; exit 2; }
     sha=$2; shift 2
     bash "$0" model "$sha"
     setsid nohup python3 bench/recipe_timing.py --out "$WORK/timing.json" -- --preset "$PRESET" --gsm8k "$WORK/gsm8k" \
@@ -203,7 +205,7 @@ save-cache | load-cache)
     du -sh "$dir" "$2" | tr '\n' ' '; echo
     ;;
 *)
-    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | poll | watch DEST [SECONDS] | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR | save-cache FILE | load-cache FILE" >&2
+    echo "usage: bash bench/real_weights.sh take PIECE | model SHA256 | start SHA256 [--set K=V ...] | time SHA256 [--set K=V ...] | poll | watch DEST [SECONDS] | interrupt STEP | pack DEST [all] | stop | keep DIR | resume DIR | save-cache FILE | load-cache FILE" >&2
     exit 2
     ;;
 esac

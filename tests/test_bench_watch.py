@@ -123,3 +123,11 @@ def test_time_starts_the_recipe_timed_and_detached_and_watch_brings_back_its_tim
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "timing.json").read_text() == '{"finished": true}\n'
+
+
+@pytest.mark.parametrize("verb", ["start", "time"])
+def test_start_or_time_without_the_models_checksum_says_how_to_call_it(tmp_path, verb):
+    done = subprocess.run(["bash", str(SCRIPT), verb], env={**os.environ, "WORK": str(tmp_path / "work")},
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"usage: bash bench/real_weights.sh {verb} SHA256 [--set KEY=VALUE ...]"
