@@ -14,10 +14,32 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "real_weights.sh"
 
 
-def watch(*args: str, work: Path) -> subprocess.Popen:
+def script_env(work: Path, tools: Path | None = None) -> dict[str, str]:
+    """The script's environment: its work folder, the recipe folder in it, and `tools` first on PATH if given."""
     env = {**os.environ, "WORK": str(work), "RUN": str(work / "paper")}
-    return subprocess.Popen(["bash", str(SCRIPT), "watch", *args], env=env, stdout=subprocess.PIPE,
+    if tools is not None:
+        env["PATH"] = f"{tools}:{os.environ['PATH']}"
+    return env
+
+
+def watch(*args: str, work: Path) -> subprocess.Popen:
+    return subprocess.Popen(["bash", str(SCRIPT), "watch", *args], env=script_env(work), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def run(*args: str, work: Path, tools: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], env=script_env(work, tools), cwd=cwd, capture_output=True,
+                          text=True, timeout=20)
+
+
+def stand_in(tmp_path: Path, name: str, body: str) -> Path:
+    """An executable `name` running the shell lines `body`, in a folder of its own to put first on PATH: that
+    folder."""
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    (tools / name).write_text("#!/bin/sh\n" + body)
+    (tools / name).chmod(0o755)
+    return tools
 
 
 def members(tgz: Path) -> dict[str, str]:
@@ -77,19 +99,14 @@ def test_a_watch_that_cannot_run_says_why_in_one_line(tmp_path, args, code, says
 def test_a_file_that_changes_while_tar_reads_it_still_gives_a_copy(tmp_path):
     # GNU tar exits 1 when a file changed as it read it (a step appending its metrics) but writes the archive: a
     # tar that always exits 1 stands in for that moment, so the copy must still be made.
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "tar").write_text(f'#!/bin/sh\n"{shutil.which("tar")}" "$@"\nexit 1\n')
-    (tools / "tar").chmod(0o755)
+    tools = stand_in(tmp_path, "tar", f'"{shutil.which("tar")}" "$@"\nexit 1\n')
     work = tmp_path / "work"
     metrics = work / "paper" / "runs" / "chat-s0" / "metrics.jsonl"
     metrics.parent.mkdir(parents=True)
     metrics.write_text('{"step": 0}\n')
     (work / "recipe.log").write_text("step 0\n")
     (work / "recipe.pid").write_text("999999999\n")  # no such process: the recipe has ended, one copy is made
-    env = {**os.environ, "WORK": str(work), "RUN": str(work / "paper"), "PATH": f"{tools}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(SCRIPT), "watch", str(tmp_path / "out"), "0.2"], env=env,
-                          capture_output=True, text=True, timeout=20)
+    done = run("watch", str(tmp_path / "out"), "0.2", work=work, tools=tools)
     assert done.returncode == 0, done.stderr
     assert members(tmp_path / "out" / "watch.tgz") == {"runs/chat-s0/metrics.jsonl": '{"step": 0}\n'}
 
@@ -99,17 +116,11 @@ def test_time_starts_the_recipe_timed_and_detached_and_watch_brings_back_its_tim
     (work / "model").mkdir(parents=True)
     (work / "model" / "config.json").write_text("{}")  # converted already: `model` has nothing to do
     (work / "gsm8k").mkdir()
-    tools = tmp_path / "bin"
-    tools.mkdir()
     # Stands in for the GPU machine's python3: records what it was asked to run, and writes the timing as
     # bench/recipe_timing.py does when the recipe ends.
-    (tools / "python3").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{work}/args"\n'
-                                   f'echo \'{{"finished": true}}\' > "{work}/timing.json"\n')
-    (tools / "python3").chmod(0o755)
-    env = {**os.environ, "WORK": str(work), "RUN": str(work / "paper"), "PATH": f"{tools}:{os.environ['PATH']}"}
-    root = SCRIPT.parents[1]
-    started = subprocess.run(["bash", str(SCRIPT), "time", "0" * 64, "--set", "seeds=0,1"], env=env, cwd=root,
-                             capture_output=True, text=True, timeout=20)
+    tools = stand_in(tmp_path, "python3", f'printf "%s\\n" "$@" > "{work}/args"\n'
+                                          f'echo \'{{"finished": true}}\' > "{work}/timing.json"\n')
+    started = run("time", "0" * 64, "--set", "seeds=0,1", work=work, tools=tools, cwd=SCRIPT.parents[1])
     assert started.returncode == 0 and "timed" in started.stdout, started.stderr
     assert (work / "recipe.pid").read_text().strip().isdigit()
     deadline = time.monotonic() + 10
@@ -119,15 +130,13 @@ def test_time_starts_the_recipe_timed_and_detached_and_watch_brings_back_its_tim
                                                            str(work / "timing.json"), "--"]
     assert "--out\n" + str(work / "paper") in (work / "args").read_text()
     assert (work / "args").read_text().rstrip().endswith("--set\nseeds=0,1"), "the caller's settings come last"
-    done = subprocess.run(["bash", str(SCRIPT), "watch", str(tmp_path / "out"), "0.2"], env=env,
-                          capture_output=True, text=True, timeout=20)
+    done = run("watch", str(tmp_path / "out"), "0.2", work=work, tools=tools)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "timing.json").read_text() == '{"finished": true}\n'
 
 
 @pytest.mark.parametrize("verb", ["start", "time"])
 def test_start_or_time_without_the_models_checksum_says_how_to_call_it(tmp_path, verb):
-    done = subprocess.run(["bash", str(SCRIPT), verb], env={**os.environ, "WORK": str(tmp_path / "work")},
-                          capture_output=True, text=True, timeout=20)
+    done = run(verb, work=tmp_path / "work")
     assert done.returncode == 2
     assert done.stderr.strip() == f"usage: bash bench/real_weights.sh {verb} SHA256 [--set KEY=VALUE ...]"
