@@ -30,14 +30,13 @@ from pair_figures import seconds as step_seconds
 from talktosolve.store import write_json
 
 
-def clock(folder: Path, hhmmss: str) -> float:
-    """HH:MM:SS on the day the folder's files were written (UTC), as seconds since the epoch."""
+def clock(hhmmss: str, last: float) -> float:
+    """HH:MM:SS (UTC) on the day of the time `last` (the last kept file's), as seconds since the epoch."""
     try:
         t = datetime.strptime(hhmmss, "%H:%M:%S").time()
     except ValueError:
         raise SystemExit(f"watched_timing: {hhmmss!r} is not a time as HH:MM:SS (UTC, the GPU machine's clock)")
-    day = datetime.fromtimestamp(max(p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), timezone.utc)
-    return datetime.combine(day.date(), t, timezone.utc).timestamp()
+    return datetime.combine(datetime.fromtimestamp(last, timezone.utc).date(), t, timezone.utc).timestamp()
 
 
 def hhmmss(t: float) -> str:
@@ -94,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not any(args.folder.glob("runs/*/metrics.jsonl")):
         raise SystemExit(f"watched_timing: {args.folder} holds no runs/*/metrics.jsonl; unpack watch.tgz into it")
-    started, seen = clock(args.folder, args.started), clock(args.folder, args.seen)
     times = [p.stat().st_mtime for p in args.folder.rglob("*") if p.is_file()]
+    started, seen = clock(args.started, max(times)), clock(args.seen, max(times))
     if not started <= min(times) <= max(times) <= seen + 1:  # the file times hold whole seconds
         raise SystemExit(f"watched_timing: the kept files were written from {hhmmss(min(times))} to "
                          f"{hhmmss(max(times))}, not between --started {args.started} and --seen {args.seen}")
