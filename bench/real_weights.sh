@@ -48,30 +48,26 @@ model)
     fi
     [ -d "$WORK/gsm8k" ] || cp -r "$GSM8K" "$WORK/gsm8k"  # the tree's copy may be replaced by a later call
     ;;
-start)
-    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh start SHA256 [--set KEY=VALUE ...]" >&2; exit 2; }
-    sha=$2; shift 2
+start | time)
+    # start: `model`, then the recipe detached. time: the same recipe run by bench/recipe_timing.py, which writes
+    # $WORK/timing.json when it ends (`watch` copies it); its folder must be new, since a resumed recipe would time
+    # only what was left.
+    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh $1 SHA256 [--set KEY=VALUE ...]" >&2; exit 2; }
+    verb=$1 sha=$2; shift 2
     bash "$0" model "$sha"
-    # STOP_AFTER=SECONDS: SIGTERM after that long, so the recipe stops at a step's end with every run's checkpoint
-    # there, in time to `keep` it before the lease ends.
-    limit=(); [ -z "${STOP_AFTER:-}" ] || limit=(timeout -s TERM "$STOP_AFTER")
-    setsid nohup "${limit[@]}" python3 -m talktosolve.cli recipe --preset "$PRESET" --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet \
-        --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
-        >>"$WORK/recipe.log" 2>&1 < /dev/null &
+    recipe=(--preset "$PRESET" --gsm8k "$WORK/gsm8k" --out "$RUN" --quiet --set model.name_or_path="$WORK/model"
+            --set train.runs_per_process=6 "$@")
+    if [ "$verb" = time ]; then
+        run=(python3 bench/recipe_timing.py --out "$WORK/timing.json" -- "${recipe[@]}") said=", timed"
+    else
+        # STOP_AFTER=SECONDS: SIGTERM after that long, so the recipe stops at a step's end with every run's
+        # checkpoint there, in time to `keep` it before the lease ends.
+        limit=(); [ -z "${STOP_AFTER:-}" ] || limit=(timeout -s TERM "$STOP_AFTER")
+        run=("${limit[@]}" python3 -m talktosolve.cli recipe "${recipe[@]}") said=""
+    fi
+    setsid nohup "${run[@]}" >>"$WORK/recipe.log" 2>&1 < /dev/null &
     echo $! > "$WORK/recipe.pid"
-    echo "started pid $! at $(date -u +%H:%M:%S)" | tee -a "$WORK/starts.log"
-    ;;
-time)
-    # `start`, timed: bench/recipe_timing.py runs the same recipe and, when it ends, writes $WORK/timing.json
-    # (`watch` copies it). The folder must be new: a resumed recipe would time only what was left.
-    [ -n "${2:-}" ] || { echo "usage: bash bench/real_weights.sh time SHA256 [--set KEY=VALUE ...]" >&2; exit 2; }
-    sha=$2; shift 2
-    bash "$0" model "$sha"
-    setsid nohup python3 bench/recipe_timing.py --out "$WORK/timing.json" -- --preset "$PRESET" --gsm8k "$WORK/gsm8k" \
-        --out "$RUN" --quiet --set model.name_or_path="$WORK/model" --set train.runs_per_process=6 "$@" \
-        >>"$WORK/recipe.log" 2>&1 < /dev/null &
-    echo $! > "$WORK/recipe.pid"
-    echo "started pid $! at $(date -u +%H:%M:%S), timed" | tee -a "$WORK/starts.log"
+    echo "started pid $! at $(date -u +%H:%M:%S)$said" | tee -a "$WORK/starts.log"
     ;;
 watch)
     # While the recipe `start` or `time` began runs, DEST gets every SECONDS (default 5) the configs, each run's

@@ -135,6 +135,23 @@ def test_time_starts_the_recipe_timed_and_detached_and_watch_brings_back_its_tim
     assert (tmp_path / "out" / "timing.json").read_text() == '{"finished": true}\n'
 
 
+def test_start_runs_the_recipe_detached_with_the_callers_settings_last(tmp_path):
+    work = tmp_path / "work"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "config.json").write_text("{}")
+    (work / "gsm8k").mkdir()
+    tools = stand_in(tmp_path, "python3",
+                     f'printf "%s\\n" "$@" > "{work}/args.part"\nmv "{work}/args.part" "{work}/args"\n')
+    started = run("start", "0" * 64, "--set", "seeds=0,1", work=work, tools=tools, cwd=SCRIPT.parents[1])
+    assert started.returncode == 0 and "started pid" in started.stdout, started.stderr
+    deadline = time.monotonic() + 10
+    while not (work / "args").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    args = (work / "args").read_text().split("\n")
+    assert args[:5] == ["-m", "talktosolve.cli", "recipe", "--preset", "paper"]
+    assert "\n".join(args).rstrip().endswith("--set\ntrain.runs_per_process=6\n--set\nseeds=0,1")
+
+
 @pytest.mark.parametrize("verb", ["start", "time"])
 def test_start_or_time_without_the_models_checksum_says_how_to_call_it(tmp_path, verb):
     done = run(verb, work=tmp_path / "work")
