@@ -16,9 +16,9 @@ batch size, replayed from its CUDA graph five times under the profiler, its kern
   other       copies, fills, index updates
 
 and the least a timed step must read (the weights and every slot's adapter once, each row's K/V over its filled
-columns, on average over the timed steps), in GB, against its time. Prints a table and writes JSON. `--device cpu` with a tiny config is a smoke
-run of the script itself (no graph there: the profiled step runs eagerly, and its "kernels" are the CPU's
-operators).
+columns, on average over the timed steps), in GB, against its time. Prints a table and writes JSON. `--device cpu`
+with a tiny config is a smoke run of the script itself (no graph there: the profiled step runs eagerly, and its
+"kernels" are the CPU's operators).
 
     python bench/profile_decode.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out decode.json
 """
