@@ -13,12 +13,23 @@ from talktosolve.sampling.engine import Session
 from talktosolve.sampling.fast_engine import StaticEngine
 
 
-def test_bucket_halves_a_batch_or_leaves_it():
+def test_bucket_takes_at_least_a_quarter_off_a_batch_or_leaves_it():
     assert compaction.bucket(60, 192, 16) == 64
-    assert compaction.bucket(96, 192, 16) is None  # 128 rows would not halve 192
+    assert compaction.bucket(96, 192, 16) == 96  # 3 x 32
+    assert compaction.bucket(200, 384, 16) == 256 and compaction.bucket(193, 384, 16) == 256
+    assert compaction.bucket(300, 384, 16) is None  # 384 rows again
+    assert compaction.bucket(150, 256, 16) == 192 and compaction.bucket(193, 256, 16) is None  # 256: not a quarter
     assert compaction.bucket(3, 192, 16) == 16  # never below the least batch
-    assert compaction.bucket(5, 16, 1) == 8 and compaction.bucket(9, 16, 1) is None
+    assert compaction.bucket(5, 16, 1) == 6 and compaction.bucket(13, 16, 1) is None
     assert compaction.bucket(1, 2, 1) == 1
+    assert [compaction.size_for(n) for n in (0, 1, 2, 3, 4, 5, 7, 9, 13, 100, 129, 193)] == \
+        [1, 1, 2, 3, 4, 6, 8, 12, 16, 128, 192, 256]
+
+
+def test_a_moved_state_fits_the_pool_its_call_sized():
+    assert compaction.length(1280, 192, 384) == 2048  # half the rows: the rounded length fits
+    assert compaction.length(1280, 256, 384) == 1280  # 256 x 2048 columns would not: the call's own length
+    assert compaction.length(1024, 256, 384) == 1024  # a power of two already
 
 
 def staggered(model, n=16, limit=24, adapters=None, engine=None):

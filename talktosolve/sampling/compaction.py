@@ -3,10 +3,11 @@
 A static batch decodes until its slowest row ends, and on real weights most rows end far sooner: in a turn of
 many rows a few write to the token limit while the rest stopped long before (docs/performance.md measures it, "On
 real weights: the rows that wait"), yet every decode step pays for every row. So once the rows still writing fit a
-batch of at most half the size (`bucket`: the next power of two, at least `least`), `move` carries them into that
-smaller batch's state (its own CUDA graph): their K/V, their next token, positions, slots and the tokens they
-wrote so far. The rows that ended keep what they wrote (`Written`), and `Written.assemble` puts every row back in
-the call's order at the end. A call may shrink several times (192 -> 64 -> 32 -> 16).
+batch at least a quarter smaller (`bucket`: the next size of the form 2^k or 3 x 2^k, at least `least`), `move`
+carries them into that smaller batch's state (its own CUDA graph): their K/V, their next token, positions, slots
+and the tokens they wrote so far. The rows that ended keep what they wrote (`Written`), and `Written.assemble`
+puts every row back in the call's order at the end. A call may shrink several times (384 -> 256 -> 192 -> 96 ->
+64 -> 16).
 
 What it keeps:
 
@@ -37,17 +38,27 @@ def _power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def length(L: int) -> int:
-    """The KV length of the states rows move into: a call's length `L` rounded up to a power of two, so that calls
-    of nearby lengths share those states and their captured graphs rather than capture their own each step. Less
-    than twice `L`, so a batch of at most half the call's rows fits the pool the call's own state sized."""
-    return _power_of_two(L)
+def length(L: int, size: int, rows: int) -> int:
+    """The KV length of a state of `size` rows that a call of `rows` rows and length `L` moves into: `L` rounded up
+    to a power of two, so that calls of nearby lengths share those states and their captured graphs rather than
+    capture their own each step, where that fits the pool the call's own state sized (at most half the call's
+    rows: the rounded length is less than twice `L`); else `L` itself."""
+    rounded = _power_of_two(L)
+    return rounded if size * rounded <= rows * L else L
+
+
+def size_for(n: int) -> int:
+    """The least batch size of the form 2^k or 3 x 2^k that holds `n` rows (1 for 0): sizes a quarter or a third
+    apart, and from 128 rows up multiples of 128, the matrix products' tiles."""
+    p = _power_of_two(n)
+    return 3 * p // 4 if p >= 4 and 3 * p // 4 >= n else p
 
 
 def bucket(live: int, rows: int, least: int) -> int | None:
-    """The batch size `live` rows move into, or None when it would not halve a batch of `rows`."""
-    size = max(least, _power_of_two(live))
-    return size if 2 * size <= rows else None
+    """The batch size `live` rows move into (`size_for`, at least `least`), or None when it would not take a
+    quarter off a batch of `rows`."""
+    size = max(least, size_for(live))
+    return size if 4 * size <= 3 * rows else None
 
 
 class Written:
@@ -154,10 +165,10 @@ def result(s, written: Written | None, made: int, record: bool) -> tuple[list[li
 
 
 def move(engine, s, written: Written, made: int, size: int, L: int, filled: int):
-    """Carry the rows of state `s` that are still writing into the state of `size` rows and length `length(L)`
-    (captured on first use) and return it; `made`: the tokens every row has so far; `filled`: the cache columns written so far
-    (the rest is carried no further). Padding rows after them are done from the start and attend only to the column
-    they write."""
+    """Carry the rows of state `s` that are still writing into the state of `size` rows and length `length(...)`
+    (captured on first use) and return it; `made`: the tokens every row has so far; `filled`: the cache columns
+    written so far (the rest is carried no further). Padding rows after them are done from the start and attend only
+    to the column they write."""
     keep = written.keep(s, made)
     index = torch.tensor(keep, device=s["tok"].device)
     n = len(keep)
@@ -168,7 +179,7 @@ def move(engine, s, written: Written, made: int, size: int, L: int, filled: int)
     wrote = {key: s[key][index, :made] for key in ("out", "logp")}
     rows = torch.tensor([written.order[i] for i in keep], device=index.device)
     col, step, seed = s["col"].clone(), s["step"].clone(), s["seed"].clone()
-    t = engine._graph(size, length(L))
+    t = engine._graph(size, length(L, size, len(written.rows)))
     for key in ("k", "v"):
         t[key][:, :n, :, :filled].copy_(carried[key])
     for key in ("first", "tok", "pos"):

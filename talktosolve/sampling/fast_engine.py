@@ -29,7 +29,7 @@ around attention are compiled (`torch.compile` fuses the small element-wise kern
 - **KV reuse across a copy's turns.** A copy's next view begins with its last view and its own message, so with a
   `Session` (one per copy, kept by the rollout) the prefill reads only the new tokens: the held K/V are placed in
   front of them in the pool, and the block attends over both.
-- **Rows that do not wait.** Once the rows still writing fit half the batch, they move into a smaller one
+- **Rows that do not wait.** Once the rows still writing fit a batch a quarter smaller, they move into it
   (`compaction`), keeping their random numbers; the rows that ended leave their K/V with the copy's session.
 - **Slot mode: several policies, one decode step.** With `slots=n` the engine samples with the frozen base weights and
   holds n LoRA adapters (`store_adapter(j)`); a call names each row's slot (`adapters=`, None for the base alone), so
@@ -55,7 +55,7 @@ BUCKET = 256
 """KV lengths are rounded up to this on CUDA (few graph shapes); on a CPU, where there are no graphs and the
 decode step attends only over the filled columns, to `CPU_BUCKET`."""
 CPU_BUCKET = 32
-MAX_GRAPHS = 32  # graphs kept: a step's turn lengths at full size, and the smaller batches rows move into
+MAX_GRAPHS = 64  # graphs kept: a step's turn lengths at full size, and the (up to nine) smaller batches of each
 
 
 class StaticEngine:
