@@ -21,8 +21,8 @@ What it keeps:
   prompt's and message's K/V with `Written` when the others move on, and `hold` gives the session every row's
   at the end, in the call's order, as the whole batch would have.
 
-Moving a row costs a copy of its K/V (all layers, the columns written so far): the rows still writing are gathered
-out of the pool before the smaller state is set up, since every state's K/V are views of that one pool.
+Moving a row costs a copy of its K/V (all layers, the columns written so far), within the one pool every state's
+K/V are views of: layer by layer where that is safe (`move`), else gathered out of the pool whole first.
 """
 
 from __future__ import annotations
@@ -172,16 +172,25 @@ def move(engine, s, written: Written, made: int, size: int, L: int, filled: int)
     keep = written.keep(s, made)
     index = torch.tensor(keep, device=s["tok"].device)
     n = len(keep)
-    # Gathered out of the pool first: the new state's K/V are views of the same memory, and capturing its graph
-    # runs warm-up steps that write into them.
-    carried = {key: s[key][:, index, :, :filled] for key in ("k", "v")}
+    shape = (size, length(L, size, len(written.rows)))
+    # The new state's K/V are views of the same pool from its start. Where its graph is found and a layer of it is
+    # no larger than a layer of `s`, layer l is carried on its own: its new place ends before layer l + 1 of `s`
+    # begins, so no layer is overwritten before it is read, and the copy in flight is one layer's. Else the rows'
+    # K/V are gathered out of the pool whole first (capturing a graph runs warm-up steps that write into its K/V).
+    fresh = shape not in engine.graphs and engine.device.type == "cuda"
+    in_place = not fresh and shape[0] * shape[1] <= s["k"].shape[1] * s["k"].shape[3]
+    carried = None if in_place else {key: s[key][:, index, :, :filled] for key in ("k", "v")}
     small = {key: s[key][index] for key in ("first", "tok", "pos")}
     wrote = {key: s[key][index, :made] for key in ("out", "logp")}
     rows = torch.tensor([written.order[i] for i in keep], device=index.device)
     col, step, seed = s["col"].clone(), s["step"].clone(), s["seed"].clone()
-    t = engine._graph(size, length(L, size, len(written.rows)))
+    t = engine._graph(*shape)
     for key in ("k", "v"):
-        t[key][:, :n, :, :filled].copy_(carried[key])
+        if in_place:
+            for layer in range(t[key].shape[0]):  # in order: see above
+                t[key][layer, :n, :, :filled] = s[key][layer, index, :, :filled]
+        else:
+            t[key][:, :n, :, :filled].copy_(carried[key])
     for key in ("first", "tok", "pos"):
         t[key][:n].copy_(small[key])
     t["first"][n:].copy_(col)  # a padding row's own column: never an empty (NaN) attention
