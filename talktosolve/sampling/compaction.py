@@ -49,7 +49,7 @@ def length(L: int, size: int, rows: int) -> int:
 
 def size_for(n: int) -> int:
     """The least batch size of the form 2^k or 3 x 2^k that holds `n` rows (1 for 0): sizes a quarter or a third
-    apart, and from 128 rows up multiples of 128, the matrix products' tiles."""
+    apart, so that a call's rows move soon, through few sizes (each a graph of its own)."""
     p = _power_of_two(n)
     return 3 * p // 4 if p >= 4 and 3 * p // 4 >= n else p
 

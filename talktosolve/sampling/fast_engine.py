@@ -55,7 +55,7 @@ BUCKET = 256
 """KV lengths are rounded up to this on CUDA (few graph shapes); on a CPU, where there are no graphs and the
 decode step attends only over the filled columns, to `CPU_BUCKET`."""
 CPU_BUCKET = 32
-MAX_GRAPHS = 64  # graphs kept: a step's turn lengths at full size, and the (up to nine) smaller batches of each
+MAX_GRAPHS = 64  # graphs kept: a step's turn lengths at full size, and the smaller batches each one's rows move into
 
 
 class StaticEngine:
