@@ -19,12 +19,14 @@ would read. Then, for the Qwen2.5-1.5B shape of the given config:
             the output layer at message tokens (forward, again in backward, input gradient: 6 x vocab x hidden)
 
 Each decode step's floor is max(bytes / bandwidth, FLOPs / rate); prefill and learning are counted as FLOPs /
-rate (they are bound by arithmetic). The recipe: 80 steps of its six runs in one process (three chat, three cut),
-a step's 6 x 8 problems x 4 chats one call a turn, and its 20 evaluations (300 problems x 2 chats; 10 of each
-arm) six at a time, 6 x 128 chats a pass. Defaults are the H200 SXM's datasheet figures. Prints a table and
-writes JSON; `--train-steps` and `--eval-problems` count fewer and scale up (a quick run).
+rate (they are bound by arithmetic). The recipe: 80 steps of its `--runs` runs in one process (six: three chat,
+three cut; twelve: six seeds per arm), a step's runs x 8 problems x 4 chats one call a turn, and its 3 x runs + 2
+evaluations (300 problems x 2 chats; half of each arm: each run's three and the untrained pair) `--batch-evals` at
+a time, that many x 128 chats a pass. Defaults are the H200 SXM's datasheet figures. Prints a table and writes
+JSON; `--train-steps` and `--eval-problems` count fewer and scale up (a quick run).
 
   python bench/floor.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --out floor.json
+  python bench/floor.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --gsm8k GSM8K_DIR --runs 12 --out floor12.json
 """
 
 from __future__ import annotations
@@ -87,7 +89,12 @@ def main():
     ap.add_argument("--flops", type=float, default=989e12, help="bf16 dense FLOP/s (H200 SXM datasheet: 989 TFLOPS)")
     ap.add_argument("--train-steps", type=int, default=80, help="steps counted (scaled to the recipe's 80)")
     ap.add_argument("--eval-problems", type=int, default=300, help="problems an evaluation counts (scaled to 300)")
+    ap.add_argument("--runs", type=int, default=6, help="runs in one process, half of each arm")
+    ap.add_argument("--batch-evals", type=int, default=6, help="evaluations played together, a pass")
     args = ap.parse_args()
+    if args.runs < 2 or args.runs % 2 or args.batch_evals < 1:
+        raise SystemExit(f"--runs needs an even number of at least 2 and --batch-evals at least 1 "
+                         f"(got {args.runs} and {args.batch_evals})")
 
     from transformers import AutoConfig, AutoTokenizer
 
@@ -138,11 +145,11 @@ def main():
                 "tokens_read": sum(c["read"] for c in engine.calls)}
 
     weights = lambda slots: 2 * (linear + V * H + slots * adapter)  # noqa: E731  bytes a decode step reads
-    # Training: six runs share one slot-mode engine; each step 8 problems x 4 chats a run, one call a turn.
-    runs = [("chat", "cut")[j % 2] for j in range(6)]
-    seeds = [j // 2 for j in range(6)]
+    # Training: the runs share one slot-mode engine; each step 8 problems x 4 chats a run, one call a turn.
+    runs = [("chat", "cut")[j % 2] for j in range(args.runs)]
+    seeds = [j // 2 for j in range(args.runs)]
     t = cfg.train
-    train_engine = Counting(V, stops, slots=6)
+    train_engine = Counting(V, stops, slots=args.runs)
     learn = {"rows": 0, "messages": 0, "squares": 0}
     counted_steps = min(args.train_steps, t.steps)
     for step in range(counted_steps):
@@ -165,25 +172,28 @@ def main():
     learning = {"row_tokens": learn["rows"], "message_tokens": learn["messages"], "tflop": learn_flops / 1e12,
                 "seconds": learn_flops / args.flops}
 
-    # Evaluations: 20 of 300 problems x 2 chats (10 of each arm), 128 chats a batch, six evaluations a pass.
+    # Evaluations: 3 x runs + 2 of 300 problems x 2 chats (half of each arm), 128 chats a batch, `batch_evals` a
+    # pass.
     e = cfg.eval
+    n_evals = 3 * args.runs + 2
     n_problems = min(args.eval_problems, e.n_problems)
     per_batch = e.batch_chats // e.chats_per_problem
-    eval_engine = Counting(V, stops, slots=6)
+    eval_engine = Counting(V, stops, slots=args.batch_evals)
     for arm in ("chat", "cut"):
         for start in range(0, n_problems, per_batch):
             batch = test_set[start:start + per_batch]
             player = Player(eval_engine, tok, adapter=0)
             play_chats(batch, ARMS[arm], {s: player for s in protocol.seats}, protocol, cfg.chat,
                        chats_per_problem=e.chats_per_problem, seed=e.seed)
-    # Counted once per arm; the recipe has 10 evaluations of each, played six at a time (weights shared by a pass).
-    evaluations = {k: v * 10 * e.n_problems / n_problems
-                   for k, v in phase_floor(eval_engine, weights, passes=6).items()}
+    # Counted once per arm; the recipe has n_evals / 2 of each, `batch_evals` at a time (weights shared by a pass).
+    evaluations = {k: v * n_evals / 2 * e.n_problems / n_problems
+                   for k, v in phase_floor(eval_engine, weights, passes=args.batch_evals).items()}
 
     res = {"model": {"hidden": H, "layers": n_layers, "vocab": V, "linear_params": linear, "adapter_params": adapter,
                      "kv_bytes_per_token": kv_token},
            "chip": {"bandwidth": args.bandwidth, "flops": args.flops},
            "counted": {"train_steps": counted_steps, "eval_problems": n_problems},
+           "recipe": {"runs": args.runs, "evaluations": n_evals, "batch_evals": args.batch_evals},
            "sampling": sampling, "learning": learning, "evaluations": evaluations}
     train_s = sampling["decode_seconds"] + sampling["prefill_seconds"] + learning["seconds"]
     eval_s = evaluations["decode_seconds"] + evaluations["prefill_seconds"]
@@ -191,9 +201,9 @@ def main():
                                 "per_step_seconds": train_s / t.steps}
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(f"{'floor at peak, GPU-minutes':<40}{'decode':>9}{'prefill':>9}{'learning':>10}{'total':>8}")
-    print(f"{'training: 80 steps of six runs':<40}{sampling['decode_seconds'] / 60:>9.2f}"
+    print(f"{f'training: 80 steps of {args.runs} runs':<40}{sampling['decode_seconds'] / 60:>9.2f}"
           f"{sampling['prefill_seconds'] / 60:>9.2f}{learning['seconds'] / 60:>10.2f}{train_s / 60:>8.2f}")
-    print(f"{'the 20 evaluations':<40}{evaluations['decode_seconds'] / 60:>9.2f}"
+    print(f"{f'the {n_evals} evaluations':<40}{evaluations['decode_seconds'] / 60:>9.2f}"
           f"{evaluations['prefill_seconds'] / 60:>9.2f}{'':>10}{eval_s / 60:>8.2f}")
     print(f"{'the recipe':<40}{'':>28}{(train_s + eval_s) / 60:>8.2f}")
     print(f"decode reads: training {sampling['kv_gb'] / 1e3:.1f} TB of K/V and {sampling['weight_gb'] / 1e3:.1f} TB of "
