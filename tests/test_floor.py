@@ -46,3 +46,15 @@ def test_a_message_whose_ids_begin_the_next_view_is_read_inside_it():
     b2 = Turn("B", [6, 8], [5, 5], "", [], False)  # does not: two rows, 2 and 4
     rows, messages, squares = floor.learner_tokens([Chat([a1, b1, a2, b2])])
     assert (rows, messages, squares) == (6 + 2 + 4, 2 + 1 + 1 + 2, 36 + 4 + 16)
+
+
+def test_an_odd_number_of_runs_is_refused_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "floor.py"
+    out = subprocess.run([sys.executable, str(script), "--model-dir", str(tmp_path), "--gsm8k", str(tmp_path),
+                          "--out", str(tmp_path / "f.json"), "--runs", "3"], capture_output=True, text=True)
+    assert out.returncode == 1 and out.stderr.strip() == ("--runs needs an even number of at least 2 and "
+                                                          "--batch-evals at least 1 (got 3 and 6)")
