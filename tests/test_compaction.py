@@ -230,3 +230,28 @@ def test_whole_chats_on_the_micro_model_are_the_same_when_rows_move():
         texts[compact] = [[t.completion_ids for t in c.turns] for c in chats]
         assert bool(moves) == compact
     assert texts[True] == texts[False]
+
+
+
+def test_moved_rows_keep_their_kv_layer_by_layer_in_place_and_gathered_whole():
+    """A state of 16 rows and 160 columns (not a power of two) moves twice: into 12 rows that keep the call's own
+    length (the rounded 256 would not fit the pool the call sized), layer by layer in place; then into 8 rows of 256
+    columns, a layer of which is larger than a layer of the state it leaves, so gathered whole first. Every row
+    still writing keeps its K/V, column for column."""
+    e = StaticEngine(tiny(layers=3), stop_ids=[96], pad_id=0, compact_rows=True)
+    s = e._graph(16, 160)
+    filled = 100
+    for key in ("k", "v"):
+        s[key].copy_(torch.randn(s[key].shape, generator=torch.Generator().manual_seed(len(key))))
+    want = {key: s[key][:, :, :, :filled].clone() for key in ("k", "v")}
+    written = compaction.Written(16, record_logprobs=False)
+    s["done"][[0, 5, 9, 14]] = True
+    t = compaction.move(e, s, written, 3, 12, 160, filled)
+    assert (t["k"].shape[1], t["k"].shape[3]) == (12, 160)  # in place: a layer of 12 x 160 fits one of 16 x 160
+    t["done"][[1, 2, 3, 10]] = True
+    u = compaction.move(e, t, written, 4, 8, 160, filled)
+    assert (u["k"].shape[1], u["k"].shape[3]) == (8, 256)  # 8 x 256 is more than 12 x 160: gathered whole
+    left = [1, 6, 7, 8, 10, 11, 12, 15]  # of the 12 (1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13, 15), places 1-3 and 10 ended
+    assert written.order == left
+    for key in ("k", "v"):
+        assert torch.equal(u[key][:, :len(left), :, :filled], want[key][:, left])
