@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from random_model import run_facts
+from random_model import random_lora_model, run_facts
 
 KINDS = {  # kind: substrings of a kernel's name, the first match wins (the sampling kernel's name holds "_partial")
     "sampling": ("_gumbel",),
@@ -79,22 +79,14 @@ def main() -> None:
         raise SystemExit(f"every batch size needs at least one row a slot: --rows {args.rows}, --slots {args.slots}")
 
     from torch.profiler import ProfilerActivity, profile
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
-    from talktosolve.config import make_config
-    from talktosolve.model.policy import make_trainable
     from talktosolve.sampling.fast_engine import StaticEngine
 
     config = AutoConfig.from_pretrained(args.model_dir)
     tok = AutoTokenizer.from_pretrained(args.model_dir)
     cuda = args.device == "cuda"
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if cuda else torch.float32)
-    model = make_trainable(model, make_config("paper").model)
-    for p in model.parameters():  # B is zero at init: a live adapter has a nonzero one
-        if p.requires_grad:
-            p.data.normal_(0, 0.02)
+    model = random_lora_model(config, args.device)
     eng = StaticEngine(model, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, force_max_length=True,
                        slots=args.slots)
     for j in range(args.slots):

@@ -16,7 +16,8 @@ limit). The rules:
 Each rule's engine draws the same random numbers per row (the sampling kernel keys them by the row's place in the
 call), so the rules sample the same chats, up to the rounding of logits at other batch sizes (the JSON counts the
 rows equal to the whole batch's). For each: a warm-up call (its graphs captured) and a warm-up prompt-only call,
-then the median of `--repeat` calls less the median of as many calls that only read the prompts (one token made). Prints a table and writes JSON.
+then the median of `--repeat` calls less the median of as many calls that only read the prompts (one token
+made). Prints a table and writes JSON.
 
     python bench/profile_moves.py --model-dir QWEN_CONFIG_AND_TOKENIZER_DIR --out moves.json
 """
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from random_model import run_facts
+from random_model import random_lora_model, run_facts
 
 from talktosolve.sampling import compaction, decode_sampling
 
@@ -55,21 +56,13 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (a tiny config)")
     args = ap.parse_args()
 
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
-    from talktosolve.config import make_config
-    from talktosolve.model.policy import make_trainable
     from talktosolve.sampling.fast_engine import StaticEngine
 
     cuda = args.device == "cuda"
     config = AutoConfig.from_pretrained(args.model_dir)
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if cuda else torch.float32)
-    model = make_trainable(model, make_config("paper").model)
-    for p in model.parameters():
-        if p.requires_grad:
-            p.data.normal_(0, 0.02)
+    model = random_lora_model(config, args.device)
     g = torch.Generator().manual_seed(0)
     V = config.vocab_size
     stop = V - 1

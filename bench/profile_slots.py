@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from random_model import run_facts
+from random_model import random_lora_model, run_facts
 
 import talktosolve.sampling.fast_layers as fl
 import talktosolve.sampling.weights as sw
@@ -89,22 +89,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=384)
     args = ap.parse_args()
 
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
-    from talktosolve.config import make_config
-    from talktosolve.model.policy import make_trainable
     from talktosolve.sampling.fast_engine import StaticEngine
 
     res = {**run_facts(), "model": "Qwen2.5-1.5B-Instruct config, random init, bf16, LoRA r=32 all-linear",
            "prompt_tokens": 300, "new_tokens": args.new_tokens, "rows": []}
     tok = AutoTokenizer.from_pretrained(args.model_dir)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(args.model_dir), dtype=torch.bfloat16)
-    model = make_trainable(model, make_config("paper").model)
-    for p in model.parameters():  # a trained adapter: B is zero at init, which would hide a wrong LoRA term
-        if p.requires_grad:
-            p.data.normal_(0, 0.02)
+    model = random_lora_model(AutoConfig.from_pretrained(args.model_dir))
     g = torch.Generator().manual_seed(0)
     n = args.new_tokens
 

@@ -19,6 +19,25 @@ def save_random_model(config, tokenizer, out: str, device: str = "cuda") -> str:
     return out
 
 
+def random_lora_model(config, device: str = "cuda"):
+    """A model of `config` with random weights (torch seed 0; bf16 on CUDA, fp32 elsewhere) under the paper preset's
+    LoRA, every adapter weight drawn too: B is zero at init, which would leave an adapter without effect and hide a
+    wrong LoRA term."""
+    from transformers import AutoModelForCausalLM
+
+    from talktosolve.config import make_config
+    from talktosolve.model.policy import make_trainable
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    model = make_trainable(model, make_config("paper").model)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data.normal_(0, 0.02)
+    return model
+
+
 def run_facts(device: str = "cuda") -> dict:
     """What a benchmark JSON records about where it ran: the date, the GPU and the library versions."""
     import datetime
