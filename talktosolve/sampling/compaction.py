@@ -177,8 +177,7 @@ def move(engine, s, written: Written, made: int, size: int, L: int, filled: int)
     # no larger than a layer of `s`, layer l is carried on its own: its new place ends before layer l + 1 of `s`
     # begins, so no layer is overwritten before it is read, and the copy in flight is one layer's. Else the rows'
     # K/V are gathered out of the pool whole first (capturing a graph runs warm-up steps that write into its K/V).
-    fresh = shape not in engine.graphs and engine.device.type == "cuda"
-    in_place = not fresh and shape[0] * shape[1] <= s["k"].shape[1] * s["k"].shape[3]
+    in_place = not engine.captures(*shape) and shape[0] * shape[1] <= s["k"].shape[1] * s["k"].shape[3]
     carried = None if in_place else {key: s[key][:, index, :, :filled] for key in ("k", "v")}
     small = {key: s[key][index] for key in ("first", "tok", "pos")}
     wrote = {key: s[key][index, :made] for key in ("out", "logp")}

@@ -282,6 +282,10 @@ class StaticEngine:
         s["col"].add_(1)
         s["step"].add_(1)
 
+    def captures(self, B, L) -> bool:
+        """Whether `_graph(B, L)` captures a graph (a new shape, on CUDA): its warm-up steps write into the pool."""
+        return (B, L) not in self.graphs and self.device.type == "cuda"
+
     def _graph(self, B, L):
         key = (B, L)
         if key in self.graphs:  # moved to the end: the least recently used graph is the one dropped
@@ -293,7 +297,7 @@ class StaticEngine:
         s["masks"] = {r: torch.zeros(B, 1, self.slots * r, device=self.device, dtype=self.embed.dtype)
                       for r in self.weights.ranks()}
         s["lora"] = self.weights.lora(s["masks"])  # built once per state: prefill and every decode step read it
-        if self.device.type != "cuda":  # the same step, run eagerly: lets CPU tests check the math
+        if not self.captures(B, L):  # the same step, run eagerly: lets CPU tests check the math
             self.graphs[key] = s
             return s
         stream = torch.cuda.Stream()
